@@ -1,0 +1,61 @@
+"""The base class of every wire message and the tag ranges each message module owns.
+
+A message is a frozen msgspec Struct encoded as a msgpack array whose first element is
+its int tag: `class Ping(Message, tag=1): seq: int` travels as `[1, seq]`. The field
+order IS the wire format, so read `zmesh/protocol/SCHEMA.md` before changing a field.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+__all__ = ["Message", "TAG_RANGES", "RESERVED_TAGS", "tag_of", "module_range"]
+
+
+class Message(msgspec.Struct, array_like=True, frozen=True, gc=False, omit_defaults=True):
+    """Base of every control message; subclass with an explicit tag: `class X(Message, tag=21)`.
+
+    array_like: encoded as `[tag, field1, field2, ...]` (no field names on the wire).
+    frozen: a message queued for sending cannot be changed under the sender's feet.
+    gc=False: messages are not tracked by the cycle collector (faster), so a message must
+    never reference itself, directly or through a list it holds.
+    omit_defaults: trailing fields still at their default are left off the wire.
+    """
+
+
+# Which tags each module in zmesh.protocol.messages may use. A module not listed here
+# cannot define messages: add its range here first (and to SCHEMA.md).
+TAG_RANGES: Final[dict[str, range]] = {
+    "handshake": range(1, 20),
+    "common": range(1, 20),
+    "runtime": range(20, 80),
+    "membership": range(80, 100),
+    "control": range(100, 120),
+    "placement": range(120, 140),
+}
+
+# Tags from 140 up are reserved for future modules; no module may use them yet.
+RESERVED_TAGS: Final[range] = range(140, 2**31)
+
+
+def tag_of(cls: type[Message]) -> int | None:
+    """The int tag of a message class, or None for an untagged (abstract) class."""
+    tag = cls.__struct_config__.tag
+    if tag is None or isinstance(tag, int):
+        return tag
+    raise TypeError(f"{cls.__qualname__} has tag {tag!r}; message tags must be ints")
+
+
+def module_range(module_name: str) -> range:
+    """The tag range of a messages module, by its last dotted name part ('runtime')."""
+    short = module_name.rsplit(".", 1)[-1]
+    try:
+        return TAG_RANGES[short]
+    except KeyError:
+        known = ", ".join(sorted(TAG_RANGES))
+        raise LookupError(
+            f"messages module {module_name!r} has no tag range; known modules: {known}. "
+            "Add its range to TAG_RANGES in zmesh/protocol/messages/base.py and SCHEMA.md"
+        ) from None
