@@ -1,6 +1,6 @@
 """The base class of every wire message and the tag ranges each message module owns.
 
-A message is a frozen msgspec Struct encoded as a msgpack array whose first element is
+A message is a msgspec Struct encoded as a msgpack array whose first element is
 its int tag: `class Ping(Message, tag=1): seq: int` travels as `[1, seq]`. The field
 order IS the wire format, so read `zmesh/protocol/SCHEMA.md` before changing a field.
 """
@@ -14,11 +14,12 @@ import msgspec
 __all__ = ["Message", "TAG_RANGES", "RESERVED_TAGS", "tag_of", "module_range"]
 
 
-class Message(msgspec.Struct, array_like=True, frozen=True, gc=False, omit_defaults=True):
+class Message(msgspec.Struct, array_like=True, gc=False, omit_defaults=True):
     """Base of every control message; subclass with an explicit tag: `class X(Message, tag=21)`.
 
     array_like: encoded as `[tag, field1, field2, ...]` (no field names on the wire).
-    frozen: a message queued for sending cannot be changed under the sender's feet.
+    Not frozen (mypy would then demand `frozen=True` on every subclass), but treat a
+    message as immutable once built: pack() may hand its buffers to zmq without copying.
     gc=False: messages are not tracked by the cycle collector (faster), so a message must
     never reference itself, directly or through a list it holds.
     omit_defaults: trailing fields still at their default are left off the wire.
@@ -28,8 +29,9 @@ class Message(msgspec.Struct, array_like=True, frozen=True, gc=False, omit_defau
 # Which tags each module in zmesh.protocol.messages may use. A module not listed here
 # cannot define messages: add its range here first (and to SCHEMA.md).
 TAG_RANGES: Final[dict[str, range]] = {
-    "handshake": range(1, 20),
-    "common": range(1, 20),
+    # 1-19 is the protocol's own block, split so the two modules cannot collide.
+    "common": range(1, 10),
+    "handshake": range(10, 20),
     "runtime": range(20, 80),
     "membership": range(80, 100),
     "control": range(100, 120),
