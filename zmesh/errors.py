@@ -88,3 +88,12 @@ class RuntimeEnvSetupError(ZmeshError):
 
 class PlacementGroupError(ZmeshError):
     """A placement group could not be created, is infeasible, or was removed."""
+
+
+class TaskUnschedulableError(ZmeshError):
+    """A task can never run: its hard node affinity names a dead or unknown node,
+    or its placement group was removed (Ray: TaskUnschedulableError)."""
+
+
+class ActorUnschedulableError(ZmeshError):
+    """An actor can never be placed, for the same reasons as TaskUnschedulableError."""
