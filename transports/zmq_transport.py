@@ -1,0 +1,370 @@
+"""The ZeroMQ transport (tcp, ipc, inproc): one ROUTER inbound, one DEALER per peer outbound.
+
+Each outbound DEALER's routing id is the sender's own bound address, so the receiving ROUTER
+learns who sent a message from the identity frame with no extra bytes on the wire. Frames of
+64 KiB and more go zero-copy in both directions. All endpoints of a process share one zmq
+Context (inproc needs that), reference-counted so that closing the last endpoint terminates
+it and its I/O threads.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import math
+import os
+import socket
+import stat
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+
+from zmesh.errors import TransportError
+
+from .base import Buffer, Endpoint, frame_nbytes
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "ZERO_COPY_THRESHOLD",
+    "ZmqEndpoint",
+    "open_zmq_endpoint",
+]
+
+DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
+ZERO_COPY_THRESHOLD = 64 * 1024
+_SCHEMES = ("tcp://", "ipc://", "inproc://")
+_MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
+_MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
+_NOBLOCK = zmq.NOBLOCK
+_SNDMORE = zmq.SNDMORE
+_POLLIN = zmq.POLLIN
+
+
+class _SharedContext:
+    """One zmq Context per process, alive while at least one endpoint holds it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._users = 0
+        self._pid = 0
+
+    def acquire(self) -> zmq.Context[zmq.Socket[bytes]]:
+        with self._lock:
+            if self._context is None or self._pid != os.getpid():
+                # After fork the parent's context is unusable; start afresh in the child.
+                self._context = zmq.Context()
+                self._users = 0
+                self._pid = os.getpid()
+            self._users += 1
+            return self._context
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or self._context is None:
+                return
+            context, self._context = self._context, None
+        context.term()
+
+
+_shared_context = _SharedContext()
+_wake_ids = itertools.count()
+
+
+class ZmqEndpoint(Endpoint):
+    """A ROUTER bound at `address` plus a DEALER per peer; see `Endpoint` for the contract.
+
+    Options: `max_frame_size` caps every frame sent and received (an oversized inbound frame
+    makes libzmq drop that connection); `sndhwm`/`rcvhwm` bound each per-peer queue in
+    messages; `linger` is how long (seconds) close waits to flush queued messages; `advertise`
+    overrides the address peers see (for wildcard binds); `curve_*` keys are passed through to
+    libzmq as given.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        sndhwm: int = 10_000,
+        rcvhwm: int = 10_000,
+        linger: float = 0.1,
+        advertise: str | None = None,
+        curve_secret_key: bytes | None = None,
+        curve_public_key: bytes | None = None,
+        curve_server: bool = False,
+        curve_server_key: bytes | None = None,
+    ) -> None:
+        if not address.startswith(_SCHEMES):
+            raise TransportError(
+                f"zmq transport cannot bind {address!r}: use tcp://, ipc:// or inproc://"
+            )
+        if max_frame_size <= 0:
+            raise TransportError(f"max_frame_size must be positive, got {max_frame_size}")
+        self.max_frame_size = max_frame_size
+        self._sndhwm = sndhwm
+        self._linger_ms = max(0, int(linger * 1000))
+        self._curve_client: tuple[bytes, bytes, bytes] | None = None
+        if curve_secret_key is not None and curve_public_key is not None:
+            server_key = curve_server_key if curve_server_key is not None else curve_public_key
+            self._curve_client = (curve_public_key, curve_secret_key, server_key)
+        elif curve_server or curve_secret_key is not None or curve_public_key is not None:
+            raise TransportError("CURVE needs both curve_secret_key and curve_public_key")
+        self._closed = False
+        self._peers: dict[str, zmq.Socket[bytes]] = {}
+        self._ipc_path: str | None = None
+        self._wake_lock = threading.Lock()
+        self._context = _shared_context.acquire()
+        try:
+            self._router = self._bind_router(
+                address, max_frame_size, rcvhwm, curve_secret_key if curve_server else None
+            )
+            self.address = advertise if advertise is not None else self._bound_address(address)
+            self._routing_id = self.address.encode()
+            if len(self._routing_id) > _MAX_ROUTING_ID:
+                raise TransportError(
+                    f"address {self.address!r} is {len(self._routing_id)} bytes; zmq routing ids "
+                    f"are limited to {_MAX_ROUTING_ID} (use a shorter ipc path)"
+                )
+            wake_address = f"inproc://zmesh-wake-{os.getpid()}-{next(_wake_ids)}"
+            self._wake_pull = self._context.socket(zmq.PULL)
+            self._wake_pull.linger = 0
+            self._wake_pull.bind(wake_address)
+            self._wake_push: zmq.Socket[bytes] | None = self._context.socket(zmq.PUSH)
+            self._wake_push.linger = 0
+            self._wake_push.connect(wake_address)
+        except BaseException:
+            self._release_all()
+            raise
+        self._poll_items = [(self._router, _POLLIN), (self._wake_pull, _POLLIN)]
+        self._track_open()
+
+    # -- binding --------------------------------------------------------------------------
+
+    def _bind_router(
+        self, address: str, max_frame_size: int, rcvhwm: int, curve_secret: bytes | None
+    ) -> zmq.Socket[bytes]:
+        router = self._context.socket(zmq.ROUTER)
+        self._router = router  # so _release_all closes it if binding fails
+        router.linger = 0
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A restarted process reuses its address; its new connection must replace the old one.
+        router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        router.setsockopt(zmq.MAXMSGSIZE, max_frame_size)
+        router.rcvhwm = rcvhwm
+        if curve_secret is not None:
+            router.curve_server = True
+            router.curve_secretkey = curve_secret
+        target = address
+        if address.startswith("tcp://") and address.endswith(":0"):
+            target = address[:-2] + ":*"
+        elif address.startswith("ipc://"):
+            self._check_ipc_path(address[len("ipc://") :])
+        try:
+            router.bind(target)
+        except zmq.ZMQError as exc:
+            raise TransportError(f"cannot bind {address!r}: {exc}") from exc
+        if address.startswith("ipc://"):
+            self._ipc_path = router.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :]
+        return router
+
+    @staticmethod
+    def _check_ipc_path(path: str) -> None:
+        if path == "*":
+            return
+        if len(path.encode()) > _MAX_IPC_PATH:
+            raise TransportError(
+                f"ipc path {path!r} is {len(path.encode())} bytes, over the {_MAX_IPC_PATH}-byte "
+                "limit of unix sockets; choose a shorter directory"
+            )
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(mode):
+            raise TransportError(f"cannot bind ipc path {path!r}: it exists and is not a socket")
+        # libzmq silently unlinks a stale socket file; make sure nobody is still serving on it.
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            return
+        finally:
+            probe.close()
+        raise TransportError(f"cannot bind {'ipc://' + path!r}: another process is serving on it")
+
+    def _bound_address(self, requested: str) -> str:
+        if requested.startswith("inproc://"):
+            return requested
+        return self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    # -- hot path -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, to: str, frames: Sequence[Buffer]) -> None:
+        dealer = self._peers.get(to)
+        if dealer is None:
+            dealer = self._connect(to)
+        cap = self.max_frame_size
+        sizes: list[int] = []
+        for frame in frames:
+            size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
+            if size > cap:
+                raise TransportError(
+                    f"frame {len(sizes)} to {to!r} is {size} bytes, over the cap of {cap} "
+                    "bytes (max_frame_size)"
+                )
+            sizes.append(size)
+        last = len(sizes) - 1
+        if last < 0:
+            raise TransportError(f"message to {to!r} has no frames; send at least one")
+        try:
+            for index, frame in enumerate(frames):
+                flags = _NOBLOCK if index == last else _NOBLOCK | _SNDMORE
+                dealer.send(frame, flags, copy=sizes[index] < ZERO_COPY_THRESHOLD)
+        except zmq.Again:
+            # libzmq takes a multipart message whole or not at all, so nothing went out.
+            raise TransportError(
+                f"send queue to {to!r} is full ({self._sndhwm} messages); the peer is slow or gone"
+            ) from None
+        except zmq.ZMQError as exc:
+            raise TransportError(f"cannot send to {to!r}: {exc}") from exc
+
+    def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
+        router = self._router
+        try:
+            parts = router.recv_multipart(_NOBLOCK, copy=False)
+        except zmq.Again:
+            if not self._wait(timeout):
+                return None
+            parts = router.recv_multipart(_NOBLOCK, copy=False)
+        except zmq.ZMQError as exc:
+            raise self._closed_error("recv", exc) from exc
+        frames: list[Buffer] = [
+            part.bytes if len(part) < ZERO_COPY_THRESHOLD else part.buffer for part in parts[1:]
+        ]
+        return parts[0].bytes.decode(), frames
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Block until a message is ready (True) or on timeout or wake (False)."""
+        if self._closed:
+            raise TransportError(f"endpoint {self.address!r} is closed; cannot recv")
+        # Round up: returning a hair early would make callers spin on a near-due deadline.
+        timeout_ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
+        try:
+            ready = zmq.zmq_poll(self._poll_items, timeout_ms)
+        except zmq.ZMQError as exc:
+            raise self._closed_error("recv", exc) from exc
+        message_ready = False
+        for sock, _ in ready:
+            if sock is self._router:
+                message_ready = True
+            else:
+                self._drain_wakes()
+        return message_ready
+
+    def _drain_wakes(self) -> None:
+        pull = self._wake_pull
+        try:
+            while True:
+                pull.recv(_NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def wake(self) -> None:
+        with self._wake_lock:
+            push = self._wake_push
+            if push is None:
+                return
+            try:
+                push.send(b"", _NOBLOCK)
+            except zmq.Again:
+                pass  # the queue is full of wake-ups already; one more adds nothing
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _connect(self, to: str) -> zmq.Socket[bytes]:
+        if self._closed:
+            raise TransportError(f"endpoint {self.address!r} is closed; cannot send to {to!r}")
+        if not to.startswith(_SCHEMES):
+            raise TransportError(
+                f"zmq endpoint cannot reach {to!r}: peer addresses must be tcp://, ipc:// or "
+                "inproc://"
+            )
+        dealer = self._context.socket(zmq.DEALER)
+        try:
+            dealer.linger = self._linger_ms
+            dealer.sndhwm = self._sndhwm
+            dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
+            if self._curve_client is not None:
+                public, secret, server = self._curve_client
+                dealer.curve_publickey = public
+                dealer.curve_secretkey = secret
+                dealer.curve_serverkey = server
+            dealer.connect(to)
+        except zmq.ZMQError as exc:
+            dealer.close(linger=0)
+            raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
+        self._peers[to] = dealer
+        return dealer
+
+    def disconnect(self, peer: str) -> None:
+        if self._closed:
+            raise TransportError(f"endpoint {self.address!r} is closed; cannot disconnect")
+        dealer = self._peers.pop(peer, None)
+        if dealer is not None:
+            dealer.close()
+
+    def connected_peers(self) -> list[str]:
+        """Peers with an open outbound connection, sorted."""
+        return sorted(self._peers)
+
+    # -- teardown -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._release_all()
+        self._track_closed()
+
+    def _release_all(self) -> None:
+        self._closed = True
+        with self._wake_lock:
+            push = getattr(self, "_wake_push", None)
+            self._wake_push = None
+        if push is not None:
+            push.close()
+        for dealer in self._peers.values():
+            dealer.close()
+        self._peers.clear()
+        for name in ("_wake_pull", "_router"):
+            sock = getattr(self, name, None)
+            if sock is not None:
+                sock.close()
+        context, self._context = self._context, None  # type: ignore[assignment]
+        if context is not None:
+            _shared_context.release()
+        # libzmq unlinks the file it bound, but from its I/O thread; make sure it is gone.
+        if self._ipc_path is not None:
+            try:
+                if stat.S_ISSOCK(os.stat(self._ipc_path).st_mode):
+                    os.unlink(self._ipc_path)
+            except FileNotFoundError:
+                pass
+
+    def _closed_error(self, operation: str, exc: zmq.ZMQError) -> TransportError:
+        if self._closed or exc.errno == errno.ENOTSOCK:
+            return TransportError(f"endpoint {self.address!r} is closed; cannot {operation}")
+        return TransportError(f"{operation} on {self.address!r} failed: {exc}")
+
+
+def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
+    """Registry factory for tcp://, ipc:// and inproc://."""
+    return ZmqEndpoint(address, **options)
