@@ -1,0 +1,586 @@
+"""SWIM gossip membership as a sans-IO state machine: events in, messages out, no sockets.
+
+One `Membership` per node. The I/O shell calls `tick(now)` when `next_deadline()` comes,
+`receive(now, sender, message)` for each decoded message, and sends every returned
+`(address, message)` pair. `now` is any monotonic clock in seconds (SimNet's virtual one,
+or `time.monotonic()`). The protocol (Das et al., with memberlist's refinements):
+
+- each probe period one member is probed, round-robin over a shuffled list; no ack within
+  `ack_timeout` -> `indirect_probes` members probe it for us; nothing by the end of the
+  period -> it is SUSPECT at its incarnation;
+- a suspected member that hears of it refutes by bumping its incarnation; a suspicion
+  that outlives the window (scaled with log n) makes it DEAD; `leave()` announces LEFT;
+- news rides on probes and acks (each update sent ~lambda*log(n) times), plus gossip rounds
+  to a few random members while there is news, plus a periodic full-state push-pull with one
+  random member (anti-entropy, which also reconnects the two sides of a healed partition);
+- each node's metadata (free resources, labels) is versioned and spreads the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from dataclasses import dataclass
+from typing import Union
+
+from zmesh.core.membership_gossip import AddressSet, UpdateQueue
+from zmesh.core.membership_types import (
+    MemberEvent,
+    MemberEventKind,
+    MemberInfo,
+    MembershipConfig,
+)
+from zmesh.protocol.messages.membership import (
+    Gossip,
+    Join,
+    MemberState,
+    MemberUpdate,
+    Metadata,
+    Probe,
+    ProbeAck,
+    ProbeRequest,
+    PushPull,
+)
+
+__all__ = [
+    "Membership",
+    "MembershipConfig",
+    "MemberInfo",
+    "MemberEvent",
+    "MemberEventKind",
+    "MemberState",
+    "Metadata",
+    "Outbox",
+]
+
+log = logging.getLogger("zmesh.membership")
+
+MembershipMessage = Union[Probe, ProbeAck, ProbeRequest, Gossip, Join, PushPull]
+Outbox = list[tuple[str, MembershipMessage]]
+
+_LIVE = (MemberState.ALIVE, MemberState.SUSPECT)
+_GONE_EVENT = {MemberState.DEAD: MemberEventKind.DEAD, MemberState.LEFT: MemberEventKind.LEFT}
+
+
+@dataclass
+class _Member:
+    address: str
+    state: MemberState
+    incarnation: int
+    metadata: Metadata
+    since: float  # when `state` last changed, for tombstone expiry
+
+
+@dataclass
+class _Probe:
+    target: str
+    seq: int
+    ack_deadline: float
+    end: float
+    acked: bool = False
+    indirect_sent: bool = False
+
+
+class Membership:
+    """The SWIM membership view of the node at `address`; see the module docstring."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        config: MembershipConfig | None = None,
+        rng: random.Random | None = None,
+        resources: dict[str, float] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        if not isinstance(address, str) or not address:
+            raise ValueError(f"membership address must be a non-empty string, got {address!r}")
+        self.address = address
+        self.config = config if config is not None else MembershipConfig()
+        self._rng = rng if rng is not None else random.Random()
+        self._incarnation = 0
+        self._metadata = Metadata(0, dict(resources or {}), dict(labels or {}))
+        self._left = False
+        self._members: dict[str, _Member] = {}  # every other member we know, tombstones too
+        self._live = AddressSet()  # alive or suspect, not us
+        self._dead: dict[str, float] = {}  # DEAD (not LEFT) members -> since when
+        self._suspicions: dict[str, float] = {}  # suspect member -> when it is declared dead
+        self._queue = UpdateQueue(self.config.max_queued_updates)
+        self._events: list[MemberEvent] = []
+        self._probe: _Probe | None = None
+        self._probe_order: list[str] = []
+        self._probe_next = 0
+        self._relays: dict[int, tuple[str, int, float]] = {}  # our seq -> (origin, its seq, expiry)
+        self._seq = 0
+        self._started = False
+        self._last_tick = 0.0
+        self._next_probe = self._next_gossip = self._next_push_pull = math.inf
+        self._next_gc = math.inf
+        self._seeds: list[str] = []
+        self._next_join = math.inf
+
+    # -- public view ---------------------------------------------------------------------
+    @property
+    def incarnation(self) -> int:
+        """This node's own incarnation (bumped each time it refutes a suspicion)."""
+        return self._incarnation
+
+    @property
+    def metadata(self) -> Metadata:
+        """This node's own metadata as it advertises it."""
+        return self._metadata
+
+    def members(self) -> dict[str, MemberInfo]:
+        """Every member this node knows, itself included; dead and left ones until forgotten."""
+        view = {self.address: self._info_self()}
+        for m in self._members.values():
+            view[m.address] = MemberInfo(m.address, m.state, m.incarnation, m.metadata)
+        return view
+
+    def live_members(self) -> list[str]:
+        """Addresses of the members that are alive or suspected, itself included, sorted."""
+        own = [] if self._left else [self.address]
+        return sorted([*self._live, *own])
+
+    def drain_events(self) -> list[MemberEvent]:
+        """The view changes since the last call, oldest first."""
+        events, self._events = self._events, []
+        return events
+
+    # -- commands ------------------------------------------------------------------------
+    def join(self, now: float, seeds: list[str]) -> Outbox:
+        """Ask the seed members to let us in; retried until one answers with its view."""
+        seeds = [s for s in seeds if s != self.address]
+        if not seeds:
+            raise ValueError(
+                f"join needs at least one seed address other than our own ({self.address!r})"
+            )
+        self._start(now)
+        self._seeds = seeds
+        self._next_join = now + self.config.join_retry_interval
+        return [(s, Join(self._record_self())) for s in seeds]
+
+    def leave(self, now: float) -> Outbox:
+        """Leave gracefully: tell a few members now and keep answering probes with LEFT."""
+        self._start(now)
+        self._left = True
+        self._seeds = []
+        self._next_join = math.inf
+        self._probe = None
+        self._queue.push(self.address)
+        targets = self._live.sample(self._rng, self.config.leave_fanout)
+        return [(t, Gossip([self._record_self()])) for t in targets]
+
+    def set_metadata(
+        self,
+        resources: dict[str, float] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        """Advertise new resources and/or labels (None keeps the current ones)."""
+        res = self._metadata.resources if resources is None else resources
+        lab = self._metadata.labels if labels is None else labels
+        for name, value in res.items():
+            if (
+                not isinstance(name, str)
+                or isinstance(value, bool)
+                or not isinstance(value, (int, float))
+            ):
+                raise TypeError(f"resources must map str to float, got {name!r}: {value!r}")
+        for name, text in lab.items():
+            if not isinstance(name, str) or not isinstance(text, str):
+                raise TypeError(f"labels must map str to str, got {name!r}: {text!r}")
+        self._metadata = Metadata(
+            self._metadata.version + 1, {k: float(v) for k, v in res.items()}, dict(lab)
+        )
+        self._queue.push(self.address)
+
+    def preload(self, now: float, records: list[MemberUpdate]) -> None:
+        """Adopt a settled view without events or gossip, as if a join had long finished.
+
+        For simulations and benchmarks that start from a converged mesh of many nodes.
+        """
+        self._start(now)
+        for u in records:
+            if u.address == self.address or u.address in self._members:
+                continue
+            meta = u.metadata if u.metadata is not None else Metadata()
+            self._members[u.address] = _Member(u.address, u.state, u.incarnation, meta, now)
+            if u.state in _LIVE:
+                self._live.add(u.address)
+                self._probe_order.append(u.address)
+        self._rng.shuffle(self._probe_order)
+        self._seeds = []
+        self._next_join = math.inf
+
+    # -- SimNet / event-loop protocol ----------------------------------------------------
+    def next_deadline(self) -> float | None:
+        """When `tick` must next run (-inf before the first tick: run it now)."""
+        if not self._started:
+            return -math.inf
+        if self._left:
+            return self._next_gc
+        deadline = min(self._next_probe, self._next_push_pull, self._next_gc, self._next_join)
+        probe = self._probe
+        if probe is not None and not probe.acked and not probe.indirect_sent:
+            deadline = min(deadline, probe.ack_deadline)
+        if len(self._queue):
+            deadline = min(deadline, self._next_gossip)
+        if self._suspicions:
+            deadline = min(deadline, min(self._suspicions.values()))
+        return deadline
+
+    def tick(self, now: float) -> Outbox:
+        """Run the timers that are due: probes, suspicion expiry, gossip, push-pull, joins."""
+        cfg = self.config
+        if not self._started:
+            self._start(now)
+        # A tick far later than the probe period means this node itself was frozen or
+        # starved (Lifeguard's insight): its probe result says nothing about the target.
+        late = now - self._last_tick > 2 * cfg.probe_interval
+        self._last_tick = now
+        out: Outbox = []
+        if self._left:
+            if now >= self._next_gc:
+                self._next_gc = now + 1.0
+                self._expire_relays(now)
+            return out
+        self._run_probe(now, late, out)
+        for address, deadline in list(self._suspicions.items()):
+            if now >= deadline:
+                del self._suspicions[address]
+                member = self._members.get(address)
+                if member is not None and member.state is MemberState.SUSPECT:
+                    self._set_state(member, MemberState.DEAD, member.incarnation, now)
+                    self._queue.push(address)
+        if now >= self._next_gossip and len(self._queue):
+            for target in self._gossip_targets(cfg.gossip_fanout):
+                out.append((target, Gossip(self._piggyback(target))))
+            self._next_gossip = now + cfg.gossip_interval
+        if now >= self._next_push_pull:
+            self._next_push_pull = now + cfg.push_pull_period(self._n())
+            targets = self._gossip_targets(1, include_dead=cfg.dead_retention)
+            out.extend((t, PushPull(self._full_state())) for t in targets)
+        if now >= self._next_join:
+            self._next_join = now + cfg.join_retry_interval
+            out.extend((s, Join(self._record_self())) for s in self._seeds)
+        if now >= self._next_gc:
+            self._next_gc = now + 1.0
+            self._forget_tombstones(now)
+            self._expire_relays(now)
+        return out
+
+    def receive(self, now: float, sender: str, message: object) -> Outbox:
+        """Handle one message from `sender`; malformed or unknown ones are logged and dropped."""
+        try:
+            return self._receive(now, sender, message)
+        except (TypeError, ValueError, AttributeError) as exc:
+            log.warning(
+                "membership %s: dropped bad %s from %r: %s",
+                self.address,
+                type(message).__name__,
+                sender,
+                exc,
+            )
+            return []
+
+    # -- message handling ----------------------------------------------------------------
+    def _receive(self, now: float, sender: str, message: object) -> Outbox:
+        if not isinstance(sender, str) or not sender:
+            raise ValueError(f"sender must be a non-empty address, got {sender!r}")
+        out: Outbox = []
+        if isinstance(message, Probe):
+            self._merge(now, message.updates)
+            out.append((sender, ProbeAck(message.seq, self._piggyback(sender))))
+        elif isinstance(message, ProbeAck):
+            self._merge(now, message.updates)
+            probe = self._probe
+            if probe is not None and message.seq == probe.seq:
+                probe.acked = True
+            else:
+                relay = self._relays.pop(message.seq, None)
+                if relay is not None:
+                    origin, origin_seq, _ = relay
+                    out.append((origin, ProbeAck(origin_seq, self._piggyback(origin))))
+        elif isinstance(message, ProbeRequest):
+            if not isinstance(message.target, str) or not message.target:
+                raise ValueError(f"probe request target must be an address: {message.target!r}")
+            self._merge(now, message.updates)
+            if message.target == self.address:
+                out.append((sender, ProbeAck(message.seq, self._piggyback(sender))))
+            else:
+                seq = self._next_seq()
+                self._relays[seq] = (sender, message.seq, now + self.config.probe_interval)
+                out.append((message.target, Probe(seq, self._piggyback(message.target))))
+        elif isinstance(message, Gossip):
+            self._merge(now, message.updates)
+        elif isinstance(message, Join):
+            self._merge(now, [message.member])
+            out.append((sender, PushPull(self._full_state(), reply=True)))
+        elif isinstance(message, PushPull):
+            self._merge(now, message.members)
+            if message.reply:
+                self._seeds = []
+                self._next_join = math.inf
+            else:
+                out.append((sender, PushPull(self._full_state(), reply=True)))
+        else:
+            raise TypeError(f"not a membership message: {type(message).__name__}")
+        # Tell a member we hold dead that it is, so that it can refute (healed partitions).
+        member = self._members.get(sender)
+        replied = any(dest == sender for dest, _ in out)
+        if member is not None and member.state is MemberState.DEAD and not replied:
+            out.append((sender, Gossip([self._record(member)])))
+        return out
+
+    def _merge(self, now: float, updates: object) -> None:
+        if not isinstance(updates, list):
+            raise TypeError(f"updates must be a list, got {type(updates).__name__}")
+        for u in updates:
+            if not _valid(u):
+                log.warning("membership %s: dropped malformed update %r", self.address, u)
+                continue
+            assert isinstance(u, MemberUpdate)
+            if u.address == self.address:
+                self._about_me(u)
+            else:
+                self._apply(now, u)
+
+    def _apply(self, now: float, u: MemberUpdate) -> None:
+        member = self._members.get(u.address)
+        state = MemberState(u.state)
+        if member is None:
+            meta = u.metadata if u.metadata is not None else Metadata()
+            if state in _LIVE:
+                member = _Member(u.address, MemberState.DEAD, -1, meta, now)
+                self._members[u.address] = member
+                self._set_state(member, state, u.incarnation, now)
+                self._queue.push(u.address)
+            else:  # a tombstone: remember it quietly so stale gossip cannot revive it
+                self._members[u.address] = _Member(u.address, state, u.incarnation, meta, now)
+                if state is MemberState.DEAD:
+                    self._dead[u.address] = now
+            return
+        changed = False
+        if (u.incarnation, state) > (member.incarnation, member.state):
+            self._set_state(member, state, u.incarnation, now)
+            changed = True
+        if u.metadata is not None and u.metadata.version > member.metadata.version:
+            member.metadata = u.metadata
+            changed = True
+            if member.state in _LIVE:
+                self._event(MemberEventKind.METADATA, member, now)
+        if changed:
+            self._queue.push(u.address)
+
+    def _about_me(self, u: MemberUpdate) -> None:
+        """Someone's record of us: refute suspicion or death, and keep our versions highest."""
+        theirs = u.metadata
+        # A record of ours newer than what we hold: we restarted and lost our version.
+        if (
+            theirs is not None
+            and theirs.version >= self._metadata.version
+            and theirs != self._metadata
+        ):
+            mine = self._metadata
+            self._metadata = Metadata(theirs.version + 1, mine.resources, mine.labels)
+            self._queue.push(self.address)
+        state = MemberState(u.state)
+        if self._left:
+            if u.incarnation > self._incarnation:
+                self._incarnation = u.incarnation
+            if (u.incarnation, state) != (self._incarnation, MemberState.LEFT):
+                self._queue.push(self.address)
+        elif u.incarnation > self._incarnation or (
+            u.incarnation == self._incarnation and state is not MemberState.ALIVE
+        ):
+            self._incarnation = u.incarnation + 1
+            log.info(
+                "membership %s: refuting %s at incarnation %d",
+                self.address,
+                state.name,
+                u.incarnation,
+            )
+            self._queue.push(self.address)
+
+    def _set_state(self, member: _Member, state: MemberState, incarnation: int, now: float) -> None:
+        """Move a member to a state, keeping the live set, timers and events consistent."""
+        old = member.state
+        member.incarnation = incarnation
+        if old is state and state is not MemberState.SUSPECT:
+            return
+        member.state = state
+        member.since = now
+        address = member.address
+        self._suspicions.pop(address, None)
+        if state in _LIVE:
+            self._dead.pop(address, None)
+            if old not in _LIVE:
+                self._live.add(address)
+                self._probe_order.insert(self._rng.randrange(len(self._probe_order) + 1), address)
+                self._event(MemberEventKind.JOINED, member, now)
+            if state is MemberState.SUSPECT:
+                timeout = self.config.suspicion_timeout(self._n())
+                self._suspicions[address] = now + timeout
+                if old is not MemberState.SUSPECT:
+                    self._event(MemberEventKind.SUSPECT, member, now)
+            elif old is MemberState.SUSPECT:
+                self._event(MemberEventKind.ALIVE, member, now)
+        else:
+            if state is MemberState.DEAD:
+                self._dead[address] = now
+            else:
+                self._dead.pop(address, None)
+            if old in _LIVE:
+                self._live.discard(address)
+                self._event(_GONE_EVENT[state], member, now)
+
+    # -- probing -------------------------------------------------------------------------
+    def _run_probe(self, now: float, late: bool, out: Outbox) -> None:
+        cfg = self.config
+        probe = self._probe
+        if probe is not None and not probe.acked:
+            if not probe.indirect_sent and probe.ack_deadline <= now:
+                probe.indirect_sent = True  # sent now, or moot when late or the period is over
+                if not late and now < probe.end:
+                    helpers = self._live.sample(self._rng, cfg.indirect_probes, (probe.target,))
+                    for helper in helpers:
+                        request = ProbeRequest(probe.seq, probe.target, self._piggyback(helper))
+                        out.append((helper, request))
+            if now >= probe.end:
+                member = self._members.get(probe.target)
+                if not late and member is not None and member.state is MemberState.ALIVE:
+                    log.debug("membership %s: %s missed its probe", self.address, probe.target)
+                    self._set_state(member, MemberState.SUSPECT, member.incarnation, now)
+                    self._queue.push(probe.target)
+                self._probe = None
+        if now < self._next_probe:
+            return
+        self._probe = None
+        self._next_probe = now + cfg.probe_interval
+        target = self._next_target()
+        if target is None:
+            return
+        seq = self._next_seq()
+        self._probe = _Probe(target, seq, now + cfg.ack_timeout, now + cfg.probe_interval)
+        out.append((target, Probe(seq, self._piggyback(target))))
+
+    def _next_target(self) -> str | None:
+        for _ in range(2):
+            while self._probe_next < len(self._probe_order):
+                address = self._probe_order[self._probe_next]
+                self._probe_next += 1
+                if address in self._live:
+                    return address
+            # A pass over the list is done: reshuffle the live members for the next one.
+            self._probe_order = list(self._live)
+            self._rng.shuffle(self._probe_order)
+            self._probe_next = 0
+        return None
+
+    # -- dissemination -------------------------------------------------------------------
+    def _piggyback(self, dest: str) -> list[MemberUpdate]:
+        """Updates to carry on a message to `dest`: its own bad news first, then the queue."""
+        updates: list[MemberUpdate] = []
+        member = self._members.get(dest)
+        told_dest = member is not None and member.state in (
+            MemberState.SUSPECT,
+            MemberState.DEAD,
+        )
+        if member is not None and told_dest:
+            updates.append(self._record(member))
+        limit = self.config.retransmit_limit(self._n())
+        for address in self._queue.take(self.config.max_piggyback, limit):
+            if address == self.address:
+                updates.append(self._record_self())
+            elif address != dest or not told_dest:
+                known = self._members.get(address)
+                if known is not None:
+                    updates.append(self._record(known))
+        return updates
+
+    def _gossip_targets(self, k: int, include_dead: float | None = None) -> list[str]:
+        window = self.config.gossip_to_dead if include_dead is None else include_dead
+        now = self._last_tick
+        dead = [a for a, since in self._dead.items() if now - since <= window]
+        if not dead:
+            return self._live.sample(self._rng, k)
+        picked: list[str] = []
+        total = len(self._live) + len(dead)
+        for _ in range(min(k, total)):
+            if self._rng.randrange(total) < len(dead):
+                choice = dead[self._rng.randrange(len(dead))]
+                if choice not in picked:
+                    picked.append(choice)
+            else:
+                picked.extend(self._live.sample(self._rng, 1, picked))
+        return picked
+
+    def _full_state(self) -> list[MemberUpdate]:
+        return [self._record_self(), *(self._record(m) for m in self._members.values())]
+
+    def _record(self, member: _Member) -> MemberUpdate:
+        return MemberUpdate(member.address, member.state, member.incarnation, member.metadata)
+
+    def _record_self(self) -> MemberUpdate:
+        state = MemberState.LEFT if self._left else MemberState.ALIVE
+        return MemberUpdate(self.address, state, self._incarnation, self._metadata)
+
+    def _info_self(self) -> MemberInfo:
+        r = self._record_self()
+        return MemberInfo(r.address, r.state, r.incarnation, self._metadata)
+
+    # -- housekeeping --------------------------------------------------------------------
+    def _start(self, now: float) -> None:
+        if self._started:
+            return
+        self._started = True
+        cfg = self.config
+        self._last_tick = now
+        # Random phases keep the nodes of a mesh from probing and gossiping in lock-step.
+        self._next_probe = now + self._rng.uniform(0, cfg.probe_interval)
+        self._next_gossip = now + self._rng.uniform(0, cfg.gossip_interval)
+        self._next_push_pull = now + self._rng.uniform(0, cfg.push_pull_interval)
+        self._next_gc = now + 1.0
+
+    def _n(self) -> int:
+        return len(self._live) + 1
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _event(self, kind: MemberEventKind, member: _Member, now: float) -> None:
+        self._events.append(
+            MemberEvent(kind, member.address, member.incarnation, now, member.metadata)
+        )
+
+    def _forget_tombstones(self, now: float) -> None:
+        cutoff = now - self.config.dead_retention
+        for address, member in list(self._members.items()):
+            if member.state not in _LIVE and member.since < cutoff:
+                del self._members[address]
+                self._dead.pop(address, None)
+                self._queue.discard(address)
+
+    def _expire_relays(self, now: float) -> None:
+        for seq, (_, _, expiry) in list(self._relays.items()):
+            if expiry <= now:
+                del self._relays[seq]
+
+
+def _valid(u: object) -> bool:
+    """A well-formed update (the wire decoder checks this too; simulations pass raw objects)."""
+    return (
+        isinstance(u, MemberUpdate)
+        and isinstance(u.address, str)
+        and bool(u.address)
+        and isinstance(u.incarnation, int)
+        and u.incarnation >= 0
+        and isinstance(u.state, int)
+        and u.state in (0, 1, 2, 3)
+        and (u.metadata is None or isinstance(u.metadata, Metadata))
+        and (
+            u.metadata is None or (isinstance(u.metadata.version, int) and u.metadata.version >= 0)
+        )
+    )
