@@ -14,7 +14,7 @@ import msgspec
 __all__ = ["Message", "TAG_RANGES", "RESERVED_TAGS", "tag_of", "module_range"]
 
 
-class Message(msgspec.Struct, array_like=True, gc=False, omit_defaults=True):
+class Message(msgspec.Struct, array_like=True, gc=False):
     """Base of every control message; subclass with an explicit tag: `class X(Message, tag=21)`.
 
     array_like: encoded as `[tag, field1, field2, ...]` (no field names on the wire).
@@ -22,7 +22,8 @@ class Message(msgspec.Struct, array_like=True, gc=False, omit_defaults=True):
     message as immutable once built: pack() may hand its buffers to zmq without copying.
     gc=False: messages are not tracked by the cycle collector (faster), so a message must
     never reference itself, directly or through a list it holds.
-    omit_defaults: trailing fields still at their default are left off the wire.
+    Every field is always sent (msgspec does not omit defaults from arrays); a decoder
+    fills trailing fields that an older peer did not send from their defaults.
     """
 
 
