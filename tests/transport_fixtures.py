@@ -8,6 +8,7 @@ limited to 107 bytes) and fails if a socket file is left in it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -17,10 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 import zmq
-
 from zmesh.transports import Endpoint, live_endpoints
 
-__all__ = ["LeakCheck", "TransportLeak", "ipc_dir", "no_transport_leaks"]
+__all__ = ["LeakCheck", "TransportLeak", "ipc_dir", "no_transport_leaks", "private_ipc_dir"]
 
 # Closed zmq sockets are reaped by the context's reaper thread; give it this long to finish.
 _SETTLE_SECONDS = 2.0
@@ -91,9 +91,9 @@ def no_transport_leaks() -> Iterator[LeakCheck]:
     check.verify()
 
 
-@pytest.fixture
-def ipc_dir() -> Iterator[str]:
-    """A private (0700), short directory for ipc sockets; fails if a socket is left in it."""
+@contextlib.contextmanager
+def private_ipc_dir() -> Iterator[str]:
+    """A private (0700), short directory for ipc sockets; raises if a socket is left in it."""
     path = tempfile.mkdtemp(prefix="zm-", dir="/tmp")
     try:
         yield path
@@ -106,3 +106,10 @@ def ipc_dir() -> Iterator[str]:
             raise TransportLeak(f"ipc socket files left in {path}: {sorted(left)}")
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def ipc_dir() -> Iterator[str]:
+    """A private directory for ipc sockets; fails the test if a socket file is left in it."""
+    with private_ipc_dir() as path:
+        yield path

@@ -88,6 +88,7 @@ class MemoryEndpoint(Endpoint):
         self._inbox: deque[tuple[str, list[Buffer]]] = deque()
         self._woken = False
         self._closed = False
+        self.dropped_oversized = 0
 
     @property
     def closed(self) -> bool:
@@ -99,6 +100,7 @@ class MemoryEndpoint(Endpoint):
         if not frames:
             raise TransportError(f"message to {to!r} has no frames; send at least one")
         copied: list[Buffer] = []
+        largest = 0
         for index, frame in enumerate(frames):
             size = frame_nbytes(frame)
             if size > self.max_frame_size:
@@ -106,17 +108,22 @@ class MemoryEndpoint(Endpoint):
                     f"frame {index} to {to!r} is {size} bytes, over the cap of "
                     f"{self.max_frame_size} bytes (max_frame_size)"
                 )
+            largest = max(largest, size)
             # The receiver gets its own snapshot, as it would over a real socket.
             copied.append(frame if type(frame) is bytes else bytes(memoryview(frame)))
         peer = self._network._lookup(to)
         if peer is None:
             raise TransportError(f"no memory endpoint is bound at {to!r}")
-        peer._deliver(self.address, copied)
+        peer._deliver(self.address, copied, largest)
 
-    def _deliver(self, sender: str, frames: list[Buffer]) -> None:
+    def _deliver(self, sender: str, frames: list[Buffer], largest: int) -> None:
         with self._cond:
             if self._closed:
-                raise TransportError(f"memory endpoint {self.address!r} closed")
+                raise TransportError(f"no memory endpoint is bound at {self.address!r}")
+            if largest > self.max_frame_size:
+                # Like libzmq's MAXMSGSIZE: the receiver refuses it and the sender never knows.
+                self.dropped_oversized += 1
+                return
             self._inbox.append((sender, frames))
             self._cond.notify()
 

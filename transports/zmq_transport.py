@@ -114,6 +114,10 @@ class ZmqEndpoint(Endpoint):
         elif curve_server or curve_secret_key is not None or curve_public_key is not None:
             raise TransportError("CURVE needs both curve_secret_key and curve_public_key")
         self._closed = False
+        self._screen_inbound = address.startswith("inproc://")
+        self.dropped_oversized = 0
+        """Inbound messages refused for a frame over max_frame_size (inproc only; over tcp
+        and ipc libzmq drops the connection instead, unseen by Python)."""
         self._peers: dict[str, zmq.Socket[bytes]] = {}
         self._ipc_path: str | None = None
         self._wake_lock = threading.Lock()
@@ -238,18 +242,27 @@ class ZmqEndpoint(Endpoint):
 
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
         router = self._router
-        try:
-            parts = router.recv_multipart(_NOBLOCK, copy=False)
-        except zmq.Again:
-            if not self._wait(timeout):
-                return None
-            parts = router.recv_multipart(_NOBLOCK, copy=False)
-        except zmq.ZMQError as exc:
-            raise self._closed_error("recv", exc) from exc
-        frames: list[Buffer] = [
-            part.bytes if len(part) < ZERO_COPY_THRESHOLD else part.buffer for part in parts[1:]
-        ]
-        return parts[0].bytes.decode(), frames
+        while True:
+            try:
+                parts = router.recv_multipart(_NOBLOCK, copy=False)
+            except zmq.Again:
+                if not self._wait(timeout):
+                    return None
+                parts = router.recv_multipart(_NOBLOCK, copy=False)
+            except zmq.ZMQError as exc:
+                raise self._closed_error("recv", exc) from exc
+            if self._screen_inbound and self._oversized(parts):
+                # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
+                self.dropped_oversized += 1
+                continue
+            frames: list[Buffer] = [
+                part.bytes if len(part) < ZERO_COPY_THRESHOLD else part.buffer for part in parts[1:]
+            ]
+            return parts[0].bytes.decode(), frames
+
+    def _oversized(self, parts: list[zmq.Frame]) -> bool:
+        cap = self.max_frame_size
+        return any(len(part) > cap for part in parts[1:])
 
     def _wait(self, timeout: float | None) -> bool:
         """Block until a message is ready (True) or on timeout or wake (False)."""
