@@ -1,0 +1,121 @@
+"""Placement-group bundles reserved on one node, and the capacity each one holds.
+
+Reserving takes a group's bundles out of the node's free resources all at once or not
+at all; work placed in a bundle then draws only on that bundle's capacity and GPU ids.
+A reservation is usable once committed (two-phase, so a group spread over several nodes
+is only used when every node has reserved its part).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from zmesh.core.gpu_ids import GpuIdPool
+from zmesh.core.resources import GPU, SCALE, ResourceSet, explain_shortfall
+
+
+class Bundle:
+    """One reserved bundle: its total, what is free in it, and its GPU ids."""
+
+    __slots__ = ("pg_id", "index", "total", "free", "gpus", "node_gpu_ids", "committed")
+
+    def __init__(
+        self, pg_id: str, index: int, total: ResourceSet, gpus: GpuIdPool | None,
+        node_gpu_ids: tuple[int, ...],
+    ) -> None:
+        self.pg_id = pg_id
+        self.index = index
+        self.total = total
+        self.free: dict[str, int] = dict(total)
+        self.gpus = gpus
+        self.node_gpu_ids = node_gpu_ids
+        self.committed = False
+
+    def fits(self, place: ResourceSet, hold: ResourceSet) -> bool:
+        if not place.fits_in(self.free):
+            return False
+        gpu = hold.get_amount(GPU)
+        return not gpu or (self.gpus is not None and self.gpus.can_acquire(gpu))
+
+
+class BundleTable:
+    """The bundles reserved on this node, drawing on the node's free dict and GPU pool."""
+
+    def __init__(self, node_free: dict[str, int], node_gpus: GpuIdPool) -> None:
+        self._node_free = node_free
+        self._node_gpus = node_gpus
+        self._groups: dict[str, dict[int, Bundle]] = {}
+
+    def has(self, pg_id: str) -> bool:
+        return pg_id in self._groups
+
+    def bundles(self, pg_id: str) -> list[Bundle]:
+        return list(self._groups.get(pg_id, {}).values())
+
+    def reserve(self, pg_id: str, shapes: Mapping[int, ResourceSet]) -> str | None:
+        """Reserve every bundle in `shapes` (index -> amounts), or none: None when done,
+        else the reason it does not fit now. Replaces an uncommitted earlier reservation."""
+        if pg_id in self._groups:
+            if any(b.committed for b in self._groups[pg_id].values()):
+                raise ValueError(f"placement group {pg_id!r} already has committed bundles here")
+            self.release(pg_id)
+        whole = ResourceSet()
+        for shape in shapes.values():
+            whole = whole + shape
+        if not whole.fits_in(self._node_free):
+            _, reason = explain_shortfall(whole, {"this node": self._node_free}, "has free")
+            return f"bundles {sorted(shapes)}: {reason}"
+        made: dict[int, Bundle] = {}
+        for index, shape in sorted(shapes.items()):
+            gpu = shape.get_amount(GPU)
+            ids = self._node_gpus.acquire(gpu) if gpu else ()
+            if ids is None:
+                # Enough GPU in sum, but fragmented across ids: undo and report.
+                for bundle in made.values():
+                    self._node_gpus.release(bundle.node_gpu_ids, bundle.total.get_amount(GPU))
+                return f"bundle {index}: {gpu / SCALE:g} GPU is not free on one set of GPU ids"
+            pool = None
+            if ids:
+                per_id = SCALE if gpu >= SCALE else gpu
+                pool = GpuIdPool(dict.fromkeys(ids, per_id))
+            made[index] = Bundle(pg_id, index, shape, pool, ids)
+        for k, v in whole.items():
+            self._node_free[k] -= v
+        self._groups[pg_id] = made
+        return None
+
+    def commit(self, pg_id: str) -> None:
+        """Make the reserved bundles usable."""
+        for bundle in self._groups.get(pg_id, {}).values():
+            bundle.committed = True
+
+    def release(self, pg_id: str) -> list[Bundle]:
+        """Give a group's bundles back to the node, whatever runs in them (caller evicts it)."""
+        group = self._groups.pop(pg_id, {})
+        for bundle in group.values():
+            for k, v in bundle.total.items():
+                self._node_free[k] += v
+            if bundle.node_gpu_ids:
+                self._node_gpus.release(bundle.node_gpu_ids, bundle.total.get_amount(GPU))
+        return list(group.values())
+
+    def abort(self, pg_id: str) -> None:
+        """Drop an uncommitted reservation (a multi-node attempt failed elsewhere)."""
+        group = self._groups.get(pg_id)
+        if group is not None and not any(b.committed for b in group.values()):
+            self.release(pg_id)
+
+    def fit(self, pg_id: str, index: int, place: ResourceSet, hold: ResourceSet) -> Bundle | None:
+        """A committed bundle of the group (`index`, or any for -1) with room now, or None."""
+        group = self._groups.get(pg_id)
+        if not group:
+            return None
+        if index >= 0:
+            bundle = group.get(index)
+            if bundle is not None and bundle.committed and bundle.fits(place, hold):
+                return bundle
+            return None
+        for bundle in group.values():
+            if bundle.committed and bundle.fits(place, hold):
+                return bundle
+        return None

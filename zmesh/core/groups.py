@@ -1,0 +1,216 @@
+"""Creating a placement group from the node it was asked on: place, reserve, commit.
+
+The coordinating node computes an assignment over its cluster view, reserves its own
+bundles, and asks each other node to prepare its part (PGPrepare). Only when every node
+has said yes are the reservations committed (PGCommit) and the group ready; one refusal,
+or a node dying, aborts the attempt everywhere (PGAbort) and the group waits to retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol
+
+from zmesh.core.placement import Unplaceable, place_bundles, validate_bundles, validate_strategy
+from zmesh.core.resources import NodeResources, ResourceSet
+from zmesh.core.scheduling import (
+    BundlesPrepared,
+    Decision,
+    NodeId,
+    PGAbort,
+    PGCommit,
+    PGInfeasible,
+    PGPending,
+    PGPrepare,
+    PGReady,
+    PlacementGroupId,
+    PlacementGroupInfo,
+)
+
+GroupState = Literal["pending", "infeasible", "preparing", "ready"]
+
+
+class LocalBundles(Protocol):
+    """The node's own bundle reservations (BundleTable)."""
+
+    def reserve(self, pg_id: str, shapes: Mapping[int, ResourceSet]) -> str | None: ...
+
+    def commit(self, pg_id: str) -> None: ...
+
+    def abort(self, pg_id: str) -> None: ...
+
+
+class _Plan:
+    __slots__ = ("pg_id", "name", "strategy", "shapes", "state", "nodes", "reason",
+                 "attempt", "waiting_on", "prepared")
+
+    def __init__(self, pg_id: str, name: str, strategy: str, shapes: list[ResourceSet]) -> None:
+        self.pg_id = pg_id
+        self.name = name
+        self.strategy = strategy
+        self.shapes = shapes
+        self.state: GroupState = "pending"
+        self.nodes: tuple[NodeId, ...] = ()
+        self.reason = ""
+        self.attempt = 0
+        self.waiting_on: set[NodeId] = set()
+        self.prepared: set[NodeId] = set()
+
+    def label(self) -> str:
+        return f"placement group {self.name or self.pg_id!r}"
+
+
+class GroupCoordinator:
+    """The placement groups created through this node and where their attempts stand."""
+
+    def __init__(self, node_id: NodeId, local: LocalBundles) -> None:
+        self.node_id = node_id
+        self._local = local
+        self._plans: dict[PlacementGroupId, _Plan] = {}
+
+    def __contains__(self, pg_id: object) -> bool:
+        return pg_id in self._plans
+
+    def has_pending(self) -> bool:
+        """True while some group waits for resources to be freed (not for a node to join)."""
+        return any(p.state == "pending" for p in self._plans.values())
+
+    def layout(self, pg_id: PlacementGroupId) -> tuple[tuple[NodeId, ResourceSet], ...] | None:
+        """(node, amounts) per bundle once the group is ready, else None."""
+        plan = self._plans.get(pg_id)
+        if plan is None or plan.state != "ready":
+            return None
+        return tuple(zip(plan.nodes, plan.shapes))
+
+    def reason(self, pg_id: PlacementGroupId) -> str:
+        plan = self._plans.get(pg_id)
+        return plan.reason if plan is not None else ""
+
+    def info(self) -> list[PlacementGroupInfo]:
+        return [
+            PlacementGroupInfo(p.pg_id, p.name, p.strategy, p.state,
+                               tuple(s.to_dict() for s in p.shapes),
+                               p.nodes if p.state == "ready" else None, p.reason)
+            for p in self._plans.values()
+        ]
+
+    def create(
+        self,
+        pg_id: PlacementGroupId,
+        bundles: Sequence[Mapping[str, float] | ResourceSet],
+        strategy: str,
+        name: str,
+        view: Mapping[NodeId, NodeResources],
+    ) -> list[Decision]:
+        """Start placing a new group; answers PGReady, PGPrepare..., PGPending or PGInfeasible."""
+        if pg_id in self._plans:
+            raise ValueError(f"placement group {pg_id!r} already exists")
+        shapes = validate_bundles(bundles)
+        plan = _Plan(pg_id, name, validate_strategy(strategy), shapes)
+        self._plans[pg_id] = plan
+        return self._attempt(plan, view, report=True)
+
+    def retry(self, view: Mapping[NodeId, NodeResources], *, infeasible_too: bool) -> list[Decision]:
+        """Try waiting groups again (infeasible ones only when the membership changed)."""
+        out: list[Decision] = []
+        for plan in list(self._plans.values()):
+            if plan.state == "pending" or (infeasible_too and plan.state == "infeasible"):
+                out += self._attempt(plan, view, report=False)
+        return out
+
+    def on_prepared(
+        self, reply: BundlesPrepared, view: Mapping[NodeId, NodeResources]
+    ) -> list[Decision]:
+        """A node answered PGPrepare. Stale successes are released at once."""
+        plan = self._plans.get(reply.pg_id)
+        if (
+            plan is None or plan.state != "preparing" or reply.attempt != plan.attempt
+            or reply.node_id not in plan.waiting_on
+        ):
+            return [PGAbort(reply.pg_id, reply.node_id)] if reply.ok else []
+        plan.waiting_on.discard(reply.node_id)
+        if not reply.ok:
+            return self._fail_attempt(
+                plan, f"node {reply.node_id!r} could not reserve its bundles: {reply.reason}"
+            )
+        plan.prepared.add(reply.node_id)
+        if plan.waiting_on:
+            return []
+        self._local.commit(plan.pg_id)
+        plan.state, plan.reason = "ready", ""
+        bundles = tuple(s.to_dict() for s in plan.shapes)
+        out: list[Decision] = [
+            PGCommit(plan.pg_id, node, plan.nodes, bundles) for node in sorted(plan.prepared)
+        ]
+        out.append(PGReady(plan.pg_id, plan.nodes))
+        return out
+
+    def nodes_changed(self, live: Mapping[NodeId, NodeResources]) -> list[Decision]:
+        """Abort attempts that wait on a node that is no longer live."""
+        out: list[Decision] = []
+        for plan in self._plans.values():
+            if plan.state != "preparing":
+                continue
+            gone = sorted(n for n in plan.waiting_on | plan.prepared if n not in live)
+            if gone:
+                plan.prepared -= set(gone)
+                out += self._fail_attempt(plan, f"node {gone[0]!r} died while reserving bundles")
+        return out
+
+    def remove(self, pg_id: PlacementGroupId) -> list[NodeId]:
+        """Forget the group; the other nodes that hold or may hold its bundles, to release."""
+        plan = self._plans.pop(pg_id, None)
+        if plan is None:
+            return []
+        nodes = set(plan.prepared) | plan.waiting_on
+        if plan.state == "ready":
+            nodes |= set(plan.nodes)
+        nodes.discard(self.node_id)
+        return sorted(nodes)
+
+    def _attempt(
+        self, plan: _Plan, view: Mapping[NodeId, NodeResources], *, report: bool
+    ) -> list[Decision]:
+        result = place_bundles(plan.shapes, plan.strategy, view, prefer=self.node_id)
+        if isinstance(result, Unplaceable):
+            state: GroupState = "infeasible" if result.infeasible else "pending"
+            return self._wait(plan, state, result.reason, report)
+        by_node = result.by_node()
+        local = by_node.pop(self.node_id, [])
+        if local:
+            refused = self._local.reserve(plan.pg_id, {i: plan.shapes[i] for i in local})
+            if refused is not None:
+                return self._wait(plan, "pending", refused, report)
+        plan.nodes = result.nodes
+        if not by_node:
+            self._local.commit(plan.pg_id)
+            plan.state, plan.reason = "ready", ""
+            return [PGReady(plan.pg_id, plan.nodes)]
+        plan.attempt += 1
+        plan.state = "preparing"
+        plan.reason = f"{plan.label()} is reserving bundles on {sorted(by_node)}"
+        plan.waiting_on = set(by_node)
+        plan.prepared = set()
+        return [
+            PGPrepare(plan.pg_id, node, plan.attempt, {i: plan.shapes[i].to_dict() for i in idx})
+            for node, idx in sorted(by_node.items())
+        ]
+
+    def _wait(self, plan: _Plan, state: GroupState, why: str, report: bool) -> list[Decision]:
+        changed = report or state != plan.state
+        plan.state, plan.reason = state, f"{plan.label()} cannot be placed: {why}"
+        if not changed:
+            return []
+        if state == "infeasible":
+            return [PGInfeasible(plan.pg_id, plan.reason)]
+        return [PGPending(plan.pg_id, plan.reason)]
+
+    def _fail_attempt(self, plan: _Plan, why: str) -> list[Decision]:
+        out: list[Decision] = [PGAbort(plan.pg_id, node) for node in sorted(plan.prepared)]
+        self._local.abort(plan.pg_id)
+        plan.prepared.clear()
+        plan.waiting_on.clear()
+        plan.state = "pending"
+        plan.reason = f"{plan.label()} cannot be placed yet: {why}"
+        out.append(PGPending(plan.pg_id, plan.reason))
+        return out

@@ -1,0 +1,614 @@
+"""The per-node scheduler: events in (submit, finish, cancel, gossip, placement groups),
+decisions out (dispatch here, forward there, wait, infeasible, fail).
+
+There is no global scheduler: each node runs one LocalScheduler over its own live
+resources plus a gossiped view of the other nodes, and forwards work it should not run.
+Waiting work queues FIFO per shape; different shapes never block each other. A plain
+1-CPU task on a free node takes the short path at the top of `submit` and `finish`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from zmesh.core.bundles import BundleTable
+from zmesh.core.gpu_ids import GpuIdPool
+from zmesh.core.groups import GroupCoordinator
+from zmesh.core.placement import validate_bundles
+from zmesh.core.resources import (
+    EMPTY,
+    GPU,
+    ONE_CPU,
+    SCALE,
+    NodeResources,
+    ResourceSet,
+    check_labels,
+    check_request_amounts,
+    explain_shortfall,
+    format_amounts,
+    labels_match,
+)
+from zmesh.core.scheduling import (
+    DEFAULT,
+    BundlesPrepared,
+    Decision,
+    DefaultStrategy,
+    Dispatch,
+    Failed,
+    Forward,
+    Infeasible,
+    LookupPlacementGroup,
+    NodeAffinity,
+    NodeId,
+    Pending,
+    PendingInfo,
+    PGReady,
+    PGRelease,
+    PGRemoved,
+    PlacementGroupId,
+    PlacementGroupInfo,
+    PlacementGroupTarget,
+    Request,
+    SpreadStrategy,
+    Strategy,
+    WorkId,
+)
+from zmesh.core.wait_queue import QueuedWork, Target, WaitQueues
+from zmesh.errors import ActorUnschedulableError, TaskUnschedulableError, ZmeshError
+
+MAX_HOPS = 3
+"""Forwards a request may take while chasing free resources; after that it waits in line."""
+
+_CPU = "CPU"
+
+
+class _Running:
+    """What a running piece of work holds and where it goes back to."""
+
+    __slots__ = ("hold", "free", "pool", "gpu_ids", "bundle")
+
+    def __init__(
+        self,
+        hold: ResourceSet,
+        free: dict[str, int],
+        pool: GpuIdPool | None,
+        gpu_ids: tuple[int, ...],
+        bundle: tuple[PlacementGroupId, int] | None,
+    ) -> None:
+        self.hold = hold
+        self.free = free
+        self.pool = pool
+        self.gpu_ids = gpu_ids
+        self.bundle = bundle
+
+
+def _unschedulable(req: Request, message: str) -> ZmeshError:
+    cls = ActorUnschedulableError if req.kind == "actor" else TaskUnschedulableError
+    return cls(f"{req.describe()} cannot be scheduled: {message}")
+
+
+class LocalScheduler:
+    """One node's scheduler: owns the node's free resources, GPU ids and bundles."""
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        total: Mapping[str, float] | ResourceSet,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self._total = ResourceSet.from_dict(total)
+        self._labels = check_labels(labels or {}, f"node {node_id!r}")
+        self._free: dict[str, int] = dict(self._total)
+        self._gpus = GpuIdPool.for_count(self._total.get_amount(GPU))
+        self._bundles = BundleTable(self._free, self._gpus)
+        self._view: dict[NodeId, NodeResources] = {}
+        self._view_free: dict[NodeId, dict[str, int]] = {}
+        self._running: dict[WorkId, _Running] = {}
+        self._waiting = WaitQueues()
+        self._infeasible: dict[WorkId, QueuedWork] = {}
+        self._evicted: set[WorkId] = set()
+        self._groups = GroupCoordinator(node_id, self._bundles)
+        # Where the bundles of groups coordinated elsewhere live: (node, amounts) per bundle.
+        self._layouts: dict[PlacementGroupId, tuple[tuple[NodeId, ResourceSet], ...]] = {}
+        self._removed_pgs: set[PlacementGroupId] = set()
+        self._seq = itertools.count()
+        self._spread_next = 0
+        self._shape_cache: dict[Any, ResourceSet] = {}
+
+    # ----------------------------------------------------------------- queries
+
+    def total(self) -> dict[str, float]:
+        return self._total.to_dict()
+
+    def available(self) -> dict[str, float]:
+        """Free on this node, outside any bundle (what gossip advertises)."""
+        return {k: v / SCALE for k, v in self._free.items() if v}
+
+    def snapshot(self) -> NodeResources:
+        """This node as other nodes should see it in their cluster view."""
+        return NodeResources(self._total, ResourceSet(self._free), dict(self._labels))
+
+    def running(self) -> dict[WorkId, Dispatch]:
+        """What runs here now, as it was dispatched."""
+        return {
+            wid: Dispatch(wid, r.hold, r.gpu_ids, r.bundle) for wid, r in self._running.items()
+        }
+
+    def pending(self) -> list[PendingInfo]:
+        """Work waiting here (for resources, a bundle or a node to join), oldest first."""
+        works = [*self._waiting, *self._infeasible.values()]
+        works.sort(key=lambda w: w.seq)
+        return [
+            PendingInfo(w.req.work_id, w.req.name, w.req.kind, w.reason, w.infeasible)
+            for w in works
+        ]
+
+    def placement_groups(self) -> list[PlacementGroupInfo]:
+        """Placement groups created through this node, with their state and reason."""
+        return self._groups.info()
+
+    # ------------------------------------------------------------------ events
+
+    def submit(self, req: Request) -> list[Decision]:
+        """Place one task or actor: dispatch here, forward, queue, or report it infeasible."""
+        wid = req.work_id
+        if wid in self._running or wid in self._waiting.by_id or wid in self._infeasible:
+            raise ValueError(f"{req.describe()}: work id {wid.hex()} was already submitted")
+        if (
+            req.resources is None
+            and req.strategy is DEFAULT
+            and req.kind == "task"
+            and not req.labels
+            and self._free.get(_CPU, 0) >= SCALE
+        ):
+            # The common case: a default 1-CPU task on a node with a CPU free.
+            self._free[_CPU] -= SCALE
+            self._running[wid] = _Running(ONE_CPU, self._free, None, (), None)
+            return [Dispatch(wid, ONE_CPU)]
+        place, hold = self._shapes(req)
+        return self._route(QueuedWork(req, place, hold, next(self._seq)))
+
+    def finish(self, work_id: WorkId) -> list[Decision]:
+        """Work ended: give back what it held and start what now fits."""
+        run = self._running.pop(work_id, None)
+        if run is None:
+            if work_id in self._evicted:  # its placement group was removed; already freed
+                self._evicted.discard(work_id)
+                return []
+            raise ValueError(f"work id {work_id.hex()} is not running on node {self.node_id!r}")
+        free = run.free
+        for k, v in run.hold.items():
+            free[k] += v
+        if run.gpu_ids and run.pool is not None:
+            run.pool.release(run.gpu_ids, run.hold.get_amount(GPU))
+        if self._waiting.by_id or self._groups.has_pending():
+            return self._after_release()
+        return []
+
+    def cancel(self, work_id: WorkId) -> list[Decision]:
+        """Drop waiting work, or free running work (the runtime stops it). Unknown: no-op."""
+        if self._waiting.remove(work_id) or self._infeasible.pop(work_id, None):
+            return []
+        if work_id in self._running:
+            return self.finish(work_id)
+        self._evicted.discard(work_id)
+        return []
+
+    def update_cluster(self, view: Mapping[NodeId, NodeResources]) -> list[Decision]:
+        """New gossip about the other nodes (this node's own entry is ignored). Nodes missing
+        from `view` are dead. May forward waiting work and retry placement groups."""
+        self._view = {n: r for n, r in view.items() if n != self.node_id}
+        self._view_free = {n: dict(r.available) for n, r in self._view.items()}
+        out: list[Decision] = []
+        for work in sorted(self._infeasible.values(), key=lambda w: w.seq):
+            del self._infeasible[work.req.work_id]
+            decisions = self._route(work)
+            if work.req.work_id in self._infeasible:
+                continue  # still infeasible: already reported once
+            out += decisions
+        out += self._waiting.take_heads(self._spill)
+        out += self._groups.nodes_changed(self._view)
+        out += self._place_groups(infeasible_too=True)
+        return out
+
+    # --------------------------------------------------------------- routing
+
+    def _shapes(self, req: Request) -> tuple[ResourceSet, ResourceSet]:
+        """(needed to place, held while running), validated, with Ray's defaults."""
+        if req.kind not in ("task", "actor"):
+            raise ValueError(f"request kind {req.kind!r} must be 'task' or 'actor'")
+        if req.labels:
+            check_labels(req.labels, req.describe())
+        if req.resources is None:
+            hold = ONE_CPU if req.kind == "task" else EMPTY
+            default_place = ONE_CPU
+        else:
+            hold = self._resource_set(req.resources, req)
+            default_place = hold
+        if req.placement_resources is None:
+            place = default_place
+        else:
+            place = self._resource_set(req.placement_resources, req)
+        return place.union_max(hold), hold
+
+    def _resource_set(self, amounts: Mapping[str, float] | ResourceSet, req: Request) -> ResourceSet:
+        if isinstance(amounts, ResourceSet):
+            check_request_amounts(amounts, req.describe())
+            return amounts
+        try:
+            key = tuple(amounts.items())
+            cached = self._shape_cache.get(key)
+        except (AttributeError, TypeError):
+            key, cached = None, None
+        if cached is not None:
+            return cached
+        try:
+            shape = ResourceSet.from_dict(amounts)
+        except ValueError as exc:
+            raise ValueError(f"{req.describe()}: {exc}") from None
+        check_request_amounts(shape, req.describe())
+        if key is not None:
+            if len(self._shape_cache) > 1024:
+                self._shape_cache.clear()
+            self._shape_cache[key] = shape
+        return shape
+
+    def _route(self, work: QueuedWork) -> list[Decision]:
+        strategy: Strategy = work.req.strategy
+        if isinstance(strategy, PlacementGroupTarget):
+            return self._route_to_bundle(work, strategy)
+        if isinstance(strategy, NodeAffinity):
+            decided = self._route_affinity(work, strategy)
+            if decided is not None:
+                return decided
+            strategy = DEFAULT
+        if not isinstance(strategy, (DefaultStrategy, SpreadStrategy)):
+            raise ValueError(f"{work.req.describe()}: unknown scheduling strategy {strategy!r}")
+        req = work.req
+        local_ok = labels_match(req.labels, self._labels)
+        if local_ok and (req.hops > 0 or isinstance(strategy, DefaultStrategy)):
+            started = self._try_start(work)
+            if started is not None:
+                return [started]
+        if req.hops < MAX_HOPS or not (local_ok and work.place.fits_in(self._total)):
+            target = self._pick_node(work, strategy, local_ok)
+            if target == self.node_id:
+                started = self._try_start(work)
+                if started is not None:
+                    return [started]
+            elif target is not None:
+                return [self._forward(work, target)]
+        if local_ok and work.place.fits_in(self._total):
+            return [self._enqueue(work, None)]
+        feasible = self._feasible_remote(work)
+        if feasible:
+            return [self._forward(work, self._best_by_locality(work, feasible))]
+        return [self._mark_infeasible(work)]
+
+    def _pick_node(self, work: QueuedWork, strategy: Strategy, local_ok: bool) -> NodeId | None:
+        """A node that fits `work` now: round-robin for SPREAD, else the best remote by locality."""
+        req = work.req
+        remote = [
+            n for n, free in self._view_free.items()
+            if work.place.fits_in(free) and labels_match(req.labels, self._view[n].labels)
+        ]
+        if isinstance(strategy, SpreadStrategy):
+            fitting = sorted(remote)
+            if local_ok and self._fits_now(work):
+                fitting = sorted([*fitting, self.node_id])
+            if not fitting:
+                return None
+            self._spread_next += 1
+            return fitting[self._spread_next % len(fitting)]
+        return self._best_by_locality(work, remote) if remote else None
+
+    def _best_by_locality(self, work: QueuedWork, nodes: Sequence[NodeId]) -> NodeId:
+        """The node holding most of the work's argument bytes; then most free CPU; then id."""
+        locality = work.req.arg_locality
+        return min(
+            nodes,
+            key=lambda n: (
+                -locality.get(n, 0),
+                -self._view_free.get(n, {}).get(_CPU, 0),
+                n,
+            ),
+        )
+
+    def _feasible_remote(self, work: QueuedWork) -> list[NodeId]:
+        return [
+            n for n, r in self._view.items()
+            if work.place.fits_in(r.total) and labels_match(work.req.labels, r.labels)
+        ]
+
+    def _route_affinity(self, work: QueuedWork, aff: NodeAffinity) -> list[Decision] | None:
+        """Decisions for node affinity, or None to fall back to the default (soft only)."""
+        req = work.req
+        if aff.node_id == self.node_id:
+            if labels_match(req.labels, self._labels) and work.place.fits_in(self._total):
+                started = self._try_start(work)
+                return [started] if started is not None else [self._enqueue(work, None)]
+            if aff.soft:
+                return None
+            return [self._mark_infeasible(work, only={self.node_id: self._total})]
+        node = self._view.get(aff.node_id)
+        if node is None:
+            if aff.soft:
+                return None
+            return [Failed(req.work_id, _unschedulable(
+                req, f"its hard node affinity names node {aff.node_id!r}, which is dead or unknown"
+            ))]
+        if labels_match(req.labels, node.labels) and work.place.fits_in(node.total):
+            return [self._forward(work, aff.node_id)]
+        if aff.soft:
+            return None
+        return [self._mark_infeasible(work, only={aff.node_id: node.total})]
+
+    def _fits_now(self, work: QueuedWork) -> bool:
+        if not work.place.fits_in(self._free):
+            return False
+        gpu = work.hold.get_amount(GPU)
+        return not gpu or self._gpus.can_acquire(gpu)
+
+    def _try_start(self, work: QueuedWork) -> Dispatch | None:
+        if not self._fits_now(work):
+            return None
+        return self._start(work, self._free, self._gpus, None)
+
+    def _start(
+        self,
+        work: QueuedWork,
+        free: dict[str, int],
+        pool: GpuIdPool | None,
+        bundle: tuple[PlacementGroupId, int] | None,
+    ) -> Dispatch:
+        gpu = work.hold.get_amount(GPU)
+        gpu_ids: tuple[int, ...] = ()
+        if gpu and pool is not None:
+            picked = pool.acquire(gpu)
+            assert picked is not None, "checked by the caller's fit test"
+            gpu_ids = picked
+        for k, v in work.hold.items():
+            free[k] -= v
+        wid = work.req.work_id
+        self._running[wid] = _Running(work.hold, free, pool, gpu_ids, bundle)
+        return Dispatch(wid, work.hold, gpu_ids, bundle)
+
+    def _forward(self, work: QueuedWork, node: NodeId, *, count: bool = True) -> Forward:
+        free = self._view_free.get(node)
+        if count and free is not None and work.place.fits_in(free):
+            # Count it against our copy of that node's free resources until gossip catches up,
+            # so a burst is not all sent to the same node.
+            for k, v in work.place.items():
+                free[k] -= v
+        req = replace(work.req, hops=work.req.hops + 1)
+        return Forward(req.work_id, node, req)
+
+    def _enqueue(self, work: QueuedWork, target: Target, reason: str = "") -> Pending:
+        work.infeasible = False
+        work.reason = reason or (
+            f"{work.req.describe()} waits for resources on node {self.node_id!r}: needs "
+            f"{format_amounts(work.place)}, free {format_amounts(self._free)}"
+        )
+        self._waiting.push(work, target)
+        return Pending(work.req.work_id, work.reason)
+
+    def _mark_infeasible(
+        self, work: QueuedWork, only: Mapping[NodeId, ResourceSet] | None = None
+    ) -> Infeasible:
+        caps: Mapping[NodeId, Mapping[str, int]]
+        if only is not None:
+            caps = only
+        else:
+            caps = {n: r.total for n, r in self._view.items()
+                    if labels_match(work.req.labels, r.labels)}
+            if labels_match(work.req.labels, self._labels):
+                caps = {self.node_id: self._total, **caps}
+        if not caps:
+            reason = f"no live node has the labels {dict(work.req.labels)!r}"
+            missing: list[tuple[str, int, int]] = []
+        else:
+            missing, reason = explain_shortfall(work.place, caps)
+        work.infeasible = True
+        work.reason = f"{work.req.describe()} is infeasible: {reason}"
+        self._infeasible[work.req.work_id] = work
+        return Infeasible(
+            work.req.work_id, work.reason,
+            tuple((n, need / SCALE, have / SCALE) for n, need, have in missing),
+        )
+
+    # ------------------------------------------------------------- draining
+
+    def _after_release(self) -> list[Decision]:
+        out: list[Decision] = []
+        if self._waiting.by_id:
+            out += self._waiting.drain(self._start_queued)
+        if self._groups.has_pending():
+            out += self._place_groups(infeasible_too=False)
+        return out
+
+    def _start_queued(self, work: QueuedWork) -> Dispatch | None:
+        target = work.target
+        if target is None:
+            return self._try_start(work)
+        bundle = self._bundles.fit(target[0], target[1], work.place, work.hold)
+        if bundle is None:
+            return None
+        return self._start(work, bundle.free, bundle.gpus, (bundle.pg_id, bundle.index))
+
+    def _spill(self, work: QueuedWork) -> Forward | None:
+        """Forward waiting work to another node that gossips room for it now, if any."""
+        if work.req.hops >= MAX_HOPS or isinstance(work.req.strategy, NodeAffinity):
+            return None
+        target = self._pick_node(work, DEFAULT, local_ok=False)
+        return None if target is None else self._forward(work, target)
+
+    # ------------------------------------------------------- placement groups
+
+    def create_placement_group(
+        self,
+        pg_id: PlacementGroupId,
+        bundles: Sequence[Mapping[str, float] | ResourceSet],
+        strategy: str = "PACK",
+        name: str = "",
+    ) -> list[Decision]:
+        """Reserve `bundles` atomically with this node coordinating: PGReady when every bundle
+        is reserved, PGPrepare for bundles on other nodes, else PGPending / PGInfeasible."""
+        if pg_id in self._removed_pgs or pg_id in self._layouts:
+            raise ValueError(f"placement group {pg_id!r} already exists or was removed")
+        out = self._groups.create(pg_id, bundles, strategy, name, self._cluster_view())
+        return out + self._after_group_change(out)
+
+    def on_bundles_prepared(self, reply: BundlesPrepared) -> list[Decision]:
+        """Another node answered this node's PGPrepare."""
+        out = self._groups.on_prepared(reply, self._cluster_view())
+        out += self._after_group_change(out)
+        if not reply.ok and self._waiting.by_id:
+            # A failed attempt released this node's part; groups retry on the next event.
+            out += self._waiting.drain(self._start_queued)
+        return out
+
+    def prepare_bundles(
+        self, pg_id: PlacementGroupId, attempt: int, bundles: Mapping[int, Mapping[str, float]]
+    ) -> list[Decision]:
+        """Reserve (uncommitted) this node's part of a group coordinated elsewhere."""
+        shapes = {int(i): ResourceSet.from_dict(b) for i, b in bundles.items()}
+        refused = self._bundles.reserve(pg_id, shapes)
+        return [BundlesPrepared(pg_id, self.node_id, attempt, refused is None, refused or "")]
+
+    def commit_bundles(
+        self,
+        pg_id: PlacementGroupId,
+        nodes: Sequence[NodeId],
+        bundles: Sequence[Mapping[str, float]],
+    ) -> list[Decision]:
+        """The coordinator saw every node prepare: this node's bundles are now usable."""
+        self._bundles.commit(pg_id)
+        return self.note_placement_group(pg_id, nodes, bundles)
+
+    def abort_bundles(self, pg_id: PlacementGroupId) -> list[Decision]:
+        """The coordinator gave up an attempt: release what this node prepared for it."""
+        self._bundles.abort(pg_id)
+        return self._waiting.drain(self._start_queued) if self._waiting.by_id else []
+
+    def note_placement_group(
+        self,
+        pg_id: PlacementGroupId,
+        nodes: Sequence[NodeId],
+        bundles: Sequence[Mapping[str, float]],
+    ) -> list[Decision]:
+        """Where a group made elsewhere lives (bundle i on nodes[i]); work waiting for it moves."""
+        if len(nodes) != len(bundles):
+            raise ValueError(f"placement group {pg_id!r}: {len(nodes)} nodes for {len(bundles)} bundles")
+        shapes = validate_bundles(bundles)
+        self._layouts[pg_id] = tuple(zip(nodes, shapes))
+        return self._reroute_group(pg_id)
+
+    def remove_placement_group(self, pg_id: PlacementGroupId) -> list[Decision]:
+        """Release the group's bundles here; PGRemoved lists the running work to kill, work
+        waiting for the group fails, and PGRelease asks the other nodes to do the same."""
+        affected = tuple(
+            wid for wid, run in self._running.items()
+            if run.bundle is not None and run.bundle[0] == pg_id
+        )
+        for wid in affected:
+            del self._running[wid]
+            self._evicted.add(wid)
+        self._bundles.release(pg_id)
+        remote = self._groups.remove(pg_id)
+        self._layouts.pop(pg_id, None)
+        self._removed_pgs.add(pg_id)
+        out: list[Decision] = [PGRemoved(pg_id, affected)]
+        out += [PGRelease(pg_id, node) for node in remote]
+        doomed = self._waiting.remove_where(lambda w: _in_group(w, pg_id))
+        doomed += [self._infeasible.pop(w.req.work_id) for w in list(self._infeasible.values())
+                   if _in_group(w, pg_id)]
+        for work in doomed:
+            out.append(Failed(work.req.work_id, _unschedulable(
+                work.req, f"its placement group {pg_id!r} was removed")))
+        out += self._after_release()
+        return out
+
+    def _cluster_view(self) -> dict[NodeId, NodeResources]:
+        view = {
+            n: NodeResources(r.total, ResourceSet(self._view_free[n]), r.labels)
+            for n, r in self._view.items()
+        }
+        view[self.node_id] = self.snapshot()
+        return view
+
+    def _place_groups(self, *, infeasible_too: bool) -> list[Decision]:
+        out = self._groups.retry(self._cluster_view(), infeasible_too=infeasible_too)
+        return out + self._after_group_change(out)
+
+    def _after_group_change(self, decisions: list[Decision]) -> list[Decision]:
+        out: list[Decision] = []
+        for decision in decisions:
+            if isinstance(decision, PGReady):
+                out += self._reroute_group(decision.pg_id)
+        return out
+
+    def _reroute_group(self, pg_id: PlacementGroupId) -> list[Decision]:
+        """Route again the work that waited for a group whose layout is now known."""
+        out: list[Decision] = []
+        for old in self._waiting.remove_where(lambda w: _in_group(w, pg_id)):
+            out += self._route(QueuedWork(old.req, old.place, old.hold, old.seq))
+        return out
+
+    def _layout(self, pg_id: PlacementGroupId) -> tuple[tuple[NodeId, ResourceSet], ...] | None:
+        return self._groups.layout(pg_id) or self._layouts.get(pg_id)
+
+    def _route_to_bundle(self, work: QueuedWork, target: PlacementGroupTarget) -> list[Decision]:
+        req, pg_id, index = work.req, target.pg_id, target.bundle_index
+        if pg_id in self._removed_pgs:
+            return [Failed(req.work_id, _unschedulable(
+                req, f"its placement group {pg_id!r} was removed"))]
+        layout = self._layout(pg_id)
+        if layout is None:
+            known = pg_id in self._groups
+            why = self._groups.reason(pg_id) if known else (
+                f"placement group {pg_id!r} is not known on node {self.node_id!r} yet")
+            out: list[Decision] = [self._enqueue(
+                work, (pg_id, index), f"{req.describe()} waits for its placement group: {why}")]
+            if not known and not self._bundles.has(pg_id):
+                out.append(LookupPlacementGroup(pg_id))
+            return out
+        if index >= len(layout):
+            return [Failed(req.work_id, _unschedulable(
+                req, f"bundle_index {index} is out of range: placement group {pg_id!r} has "
+                f"{len(layout)} bundles"))]
+        candidates = range(len(layout)) if index < 0 else (index,)
+        fitting = [i for i in candidates if work.place.fits_in(layout[i][1])]
+        if not fitting:
+            return [self._bundle_infeasible(work, pg_id, {i: layout[i][1] for i in candidates})]
+        if any(layout[i][0] == self.node_id for i in fitting):
+            bundle = self._bundles.fit(pg_id, index, work.place, work.hold)
+            if bundle is not None:
+                return [self._start(work, bundle.free, bundle.gpus, (pg_id, bundle.index))]
+            where = "any bundle" if index < 0 else f"bundle {index}"
+            return [self._enqueue(work, (pg_id, index), (
+                f"{req.describe()} waits for room in {where} of placement group {pg_id!r}: "
+                f"needs {format_amounts(work.place)}"))]
+        return [self._forward(work, layout[fitting[0]][0], count=False)]
+
+    def _bundle_infeasible(
+        self, work: QueuedWork, pg_id: PlacementGroupId, shapes: Mapping[int, ResourceSet]
+    ) -> Infeasible:
+        missing, _ = explain_shortfall(work.place, {str(i): s for i, s in shapes.items()})
+        held = "; ".join(f"bundle {i} holds {format_amounts(s)}" for i, s in shapes.items())
+        work.infeasible = True
+        work.reason = (
+            f"{work.req.describe()} is infeasible: it needs {format_amounts(work.place)} but in "
+            f"placement group {pg_id!r} {held}"
+        )
+        self._infeasible[work.req.work_id] = work
+        return Infeasible(work.req.work_id, work.reason,
+                          tuple((n, need / SCALE, have / SCALE) for n, need, have in missing))
+
+
+def _in_group(work: QueuedWork, pg_id: PlacementGroupId) -> bool:
+    strategy = work.req.strategy
+    return isinstance(strategy, PlacementGroupTarget) and strategy.pg_id == pg_id

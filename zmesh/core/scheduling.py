@@ -1,0 +1,265 @@
+"""The scheduler's vocabulary: what to place (Request, strategies) and what it decided.
+
+A Request is one task or actor; the LocalScheduler answers each event with a list of
+decisions that the runtime carries out (start a worker, forward to a node, warn the driver,
+reserve bundles on another node). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+from zmesh.core.resources import ResourceSet
+from zmesh.errors import ZmeshError
+
+WorkId = bytes
+NodeId = str
+PlacementGroupId = str
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultStrategy:
+    """Run on the local node if it fits now, else on the node holding most argument bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadStrategy:
+    """Round-robin over the nodes that fit ("SPREAD")."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAffinity:
+    """Run on `node_id`; hard: fail if it is dead or unknown; soft: prefer it, else anywhere."""
+
+    node_id: NodeId
+    soft: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementGroupTarget:
+    """Run inside bundle `bundle_index` of placement group `pg_id` (-1: any of its bundles)."""
+
+    pg_id: PlacementGroupId
+    bundle_index: int = -1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bundle_index, bool) or not isinstance(self.bundle_index, int):
+            raise ValueError(f"bundle_index {self.bundle_index!r} must be an int")
+        if self.bundle_index < -1:
+            raise ValueError(f"bundle_index {self.bundle_index} must be -1 (any) or >= 0")
+
+
+Strategy = Union[DefaultStrategy, SpreadStrategy, NodeAffinity, PlacementGroupTarget]
+DEFAULT = DefaultStrategy()
+SPREAD = SpreadStrategy()
+
+_EMPTY_LOCALITY: Mapping[NodeId, int] = {}
+_EMPTY_LABELS: Mapping[str, str] = {}
+
+
+@dataclass(slots=True)
+class Request:
+    """One task or actor to place.
+
+    `resources` is what the work holds while it runs; None means Ray's default: a task holds
+    1 CPU, an actor holds nothing. `placement_resources` is what a node must have free to
+    place it (None: an actor with default resources needs 1 CPU; otherwise the same as
+    `resources`). `arg_locality` maps node -> bytes of the work's arguments stored there.
+    `labels` must all match the chosen node's labels. `hops` counts forwards so far.
+    """
+
+    work_id: WorkId
+    kind: Literal["task", "actor"] = "task"
+    resources: Mapping[str, float] | ResourceSet | None = None
+    placement_resources: Mapping[str, float] | ResourceSet | None = None
+    strategy: Strategy = DEFAULT
+    arg_locality: Mapping[NodeId, int] = field(default_factory=lambda: _EMPTY_LOCALITY)
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
+    name: str = ""
+    hops: int = 0
+
+    def describe(self) -> str:
+        """How messages name this work: its name if it has one, else its id."""
+        return f"{self.kind} {self.name!r}" if self.name else f"{self.kind} {self.work_id.hex()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Run the work on this node now, holding `resources`, with these GPU ids (for
+    CUDA_VISIBLE_DEVICES), inside `bundle` (pg_id, index) when it belongs to a placement group."""
+
+    work_id: WorkId
+    resources: ResourceSet
+    gpu_ids: tuple[int, ...] = ()
+    bundle: tuple[PlacementGroupId, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send `request` (hops already counted) to node `node_id`, whose scheduler submits it."""
+
+    work_id: WorkId
+    node_id: NodeId
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The work waits on this node for resources it can get here eventually."""
+
+    work_id: WorkId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Infeasible:
+    """No live node can ever fit the work; it stays queued in case a node joins.
+
+    `missing` holds (resource, need, largest amount any node has), as floats.
+    """
+
+    work_id: WorkId
+    reason: str
+    missing: tuple[tuple[str, float, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The work can never be scheduled; the runtime fails it with `error`."""
+
+    work_id: WorkId
+    error: ZmeshError
+
+
+@dataclass(frozen=True, slots=True)
+class LookupPlacementGroup:
+    """Work names a placement group this node does not know: find where its bundles are
+    and tell the scheduler with `note_placement_group`."""
+
+    pg_id: PlacementGroupId
+
+
+@dataclass(frozen=True, slots=True)
+class PGReady:
+    """Every bundle is reserved; bundle i lives on `nodes[i]`."""
+
+    pg_id: PlacementGroupId
+    nodes: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PGPending:
+    """The group fits the cluster's totals but not what is free now; it is retried."""
+
+    pg_id: PlacementGroupId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PGInfeasible:
+    """The group fits no arrangement of the live nodes' totals; it waits for nodes to join."""
+
+    pg_id: PlacementGroupId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PGRemoved:
+    """The group's bundles on this node are released; kill the work in `affected_work_ids`."""
+
+    pg_id: PlacementGroupId
+    affected_work_ids: tuple[WorkId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PGPrepare:
+    """Ask `node_id` to reserve these bundles (index -> amounts) for attempt `attempt`:
+    call its `prepare_bundles` and route the answer back to `on_bundles_prepared` here."""
+
+    pg_id: PlacementGroupId
+    node_id: NodeId
+    attempt: int
+    bundles: dict[int, dict[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class BundlesPrepared:
+    """A node's answer to PGPrepare, for the coordinating node's `on_bundles_prepared`."""
+
+    pg_id: PlacementGroupId
+    node_id: NodeId
+    attempt: int
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PGCommit:
+    """Tell `node_id` its prepared bundles are in use: call its `commit_bundles(pg_id, nodes,
+    bundles)`; bundle i (amounts `bundles[i]`) lives on `nodes[i]`."""
+
+    pg_id: PlacementGroupId
+    node_id: NodeId
+    nodes: tuple[NodeId, ...]
+    bundles: tuple[dict[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PGAbort:
+    """Tell `node_id` to drop the bundles it prepared for a failed attempt (`abort_bundles`)."""
+
+    pg_id: PlacementGroupId
+    node_id: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class PGRelease:
+    """Tell `node_id` to drop its bundles of the group (`remove_placement_group` there)."""
+
+    pg_id: PlacementGroupId
+    node_id: NodeId
+
+
+Decision = Union[
+    Dispatch,
+    Forward,
+    Pending,
+    Infeasible,
+    Failed,
+    LookupPlacementGroup,
+    PGReady,
+    PGPending,
+    PGInfeasible,
+    PGRemoved,
+    PGPrepare,
+    BundlesPrepared,
+    PGCommit,
+    PGAbort,
+    PGRelease,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInfo:
+    """One waiting piece of work, for `zmesh status` and driver warnings."""
+
+    work_id: WorkId
+    name: str
+    kind: str
+    reason: str
+    infeasible: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementGroupInfo:
+    """A placement group this node coordinates: its state and, when waiting, why."""
+
+    pg_id: PlacementGroupId
+    name: str
+    strategy: str
+    state: Literal["pending", "infeasible", "preparing", "ready"]
+    bundles: tuple[dict[str, float], ...]
+    nodes: tuple[NodeId, ...] | None
+    reason: str
