@@ -153,6 +153,14 @@ def test_message_that_is_not_array_like_is_an_error() -> None:
         check_tags({RUNTIME: [AsDict]})
 
 
+def test_message_that_forbids_unknown_fields_is_an_error() -> None:
+    class Strict(Message, tag=42, forbid_unknown_fields=True):
+        x: int
+
+    with pytest.raises(TypeError, match="Strict must not forbid unknown fields"):
+        check_tags({RUNTIME: [Strict]})
+
+
 def test_module_without_a_tag_range_is_an_error_saying_where_to_add_one() -> None:
     class Orphan(Message, tag=1):
         pass

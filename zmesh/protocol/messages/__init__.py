@@ -69,7 +69,8 @@ def check_tags(
 
     Raises TypeError naming the class(es) at fault for: a duplicate tag, a tag outside its
     module's range, a non-int tag, a concrete class without a tag, or a class that is not
-    array_like. Untagged classes that have subclasses are shared bases and are skipped.
+    array_like or forbids unknown fields. Untagged classes that have subclasses are shared
+    bases and are skipped.
     """
     by_tag: dict[int, type[Message]] = {}
     for module_name, classes in classes_by_module.items():
@@ -91,6 +92,11 @@ def check_tags(
                 )
             if not cls.__struct_config__.array_like:
                 raise TypeError(f"{_name(cls)} must stay array_like like every Message")
+            if cls.__struct_config__.forbid_unknown_fields:
+                raise TypeError(
+                    f"{_name(cls)} must not forbid unknown fields: older peers must be able "
+                    "to ignore fields that newer peers append (SCHEMA.md rule 1)"
+                )
             if tag not in allowed:
                 raise TypeError(
                     f"{_name(cls)} has tag {tag}, outside its module's range "
