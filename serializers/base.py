@@ -10,7 +10,6 @@ import abc
 from collections.abc import Sequence
 from typing import NamedTuple, TypeAlias, Union
 
-
 #: Anything exposing the buffer protocol as contiguous bytes; serializers hand these out
 #: zero-copy (memoryviews into arrays and tensors) and receive memoryviews back.
 Buffer: TypeAlias = Union[bytes, bytearray, memoryview]

@@ -46,7 +46,7 @@ def _children(value: Any) -> Iterator[tuple[str, str, Any]]:
             if name in value.__globals__:
                 yield "global", f".<global {name}>", value.__globals__[name]
         return
-    if isinstance(value, type) or isinstance(value, types.ModuleType):
+    if isinstance(value, (type, types.ModuleType)):
         return
     state = getattr(value, "__dict__", None)
     if isinstance(state, dict):
