@@ -254,8 +254,11 @@ class Membership:
                     self._set_state(member, MemberState.DEAD, member.incarnation, now)
                     self._queue.push(address)
         if now >= self._next_gossip and len(self._queue):
+            # One round counts as one send of its batch, whatever the fan-out: with few
+            # members, lambda*log(n) single sends can miss a member entirely.
+            batch = self._take_batch()
             for target in self._gossip_targets(cfg.gossip_fanout):
-                out.append((target, Gossip(self._piggyback(target))))
+                out.append((target, Gossip(self._piggyback(target, batch))))
             self._next_gossip = now + cfg.gossip_interval
         if now >= self._next_push_pull:
             self._next_push_pull = now + cfg.push_pull_period(self._n())
@@ -479,8 +482,11 @@ class Membership:
         return None
 
     # -- dissemination -------------------------------------------------------------------
-    def _piggyback(self, dest: str) -> list[MemberUpdate]:
-        """Updates to carry on a message to `dest`: its own bad news first, then the queue."""
+    def _piggyback(self, dest: str, batch: list[str] | None = None) -> list[MemberUpdate]:
+        """Updates to carry on a message to `dest`: its own bad news first, then `batch`
+        (by default the next few from the queue, each counting as one more send)."""
+        if batch is None:
+            batch = self._take_batch()
         updates: list[MemberUpdate] = []
         member = self._members.get(dest)
         told_dest = member is not None and member.state in (
@@ -489,8 +495,7 @@ class Membership:
         )
         if member is not None and told_dest:
             updates.append(self._record(member))
-        limit = self.config.retransmit_limit(self._n())
-        for address in self._queue.take(self.config.max_piggyback, limit):
+        for address in batch:
             if address == self.address:
                 updates.append(self._record_self())
             elif address != dest or not told_dest:
@@ -498,6 +503,10 @@ class Membership:
                 if known is not None:
                     updates.append(self._record(known))
         return updates
+
+    def _take_batch(self) -> list[str]:
+        limit = self.config.retransmit_limit(self._n())
+        return self._queue.take(self.config.max_piggyback, limit)
 
     def _gossip_targets(self, k: int, include_dead: float | None = None) -> list[str]:
         window = self.config.gossip_to_dead if include_dead is None else include_dead
