@@ -109,12 +109,13 @@ def _assign(
     """One node per bundle within `caps` (in preference order), or None."""
     if strategy == "STRICT_SPREAD":
         return _match_distinct(shapes, caps)
-    whole = _total(shapes)
-    for node, cap in caps.items():
-        if whole.fits_in(cap):
-            return [node] * len(shapes)
-    if strategy == "STRICT_PACK":
-        return None
+    if strategy in ("PACK", "STRICT_PACK"):
+        whole = _total(shapes)
+        for node, cap in caps.items():
+            if whole.fits_in(cap):
+                return [node] * len(shapes)
+        if strategy == "STRICT_PACK":
+            return None
     left = {node: dict(cap) for node, cap in caps.items()}
     count = dict.fromkeys(caps, 0)
     nodes: list[str] = []

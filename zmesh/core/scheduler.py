@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from zmesh.core.bundles import BundleTable
+from zmesh.core.cluster_view import ClusterView
 from zmesh.core.gpu_ids import GpuIdPool
 from zmesh.core.groups import GroupCoordinator
 from zmesh.core.placement import validate_bundles
@@ -105,8 +106,7 @@ class LocalScheduler:
         self._free: dict[str, int] = dict(self._total)
         self._gpus = GpuIdPool.for_count(self._total.get_amount(GPU))
         self._bundles = BundleTable(self._free, self._gpus)
-        self._view: dict[NodeId, NodeResources] = {}
-        self._view_free: dict[NodeId, dict[str, int]] = {}
+        self._cluster = ClusterView(node_id)
         self._running: dict[WorkId, _Running] = {}
         self._waiting = WaitQueues()
         self._infeasible: dict[WorkId, QueuedWork] = {}
@@ -116,7 +116,6 @@ class LocalScheduler:
         self._layouts: dict[PlacementGroupId, tuple[tuple[NodeId, ResourceSet], ...]] = {}
         self._removed_pgs: set[PlacementGroupId] = set()
         self._seq = itertools.count()
-        self._spread_next = 0
         self._shape_cache: dict[Any, ResourceSet] = {}
 
     # ----------------------------------------------------------------- queries
@@ -201,8 +200,7 @@ class LocalScheduler:
     def update_cluster(self, view: Mapping[NodeId, NodeResources]) -> list[Decision]:
         """New gossip about the other nodes (this node's own entry is ignored). Nodes missing
         from `view` are dead. May forward waiting work and retry placement groups."""
-        self._view = {n: r for n, r in view.items() if n != self.node_id}
-        self._view_free = {n: dict(r.available) for n, r in self._view.items()}
+        self._cluster.update(view)
         out: list[Decision] = []
         for work in sorted(self._infeasible.values(), key=lambda w: w.seq):
             del self._infeasible[work.req.work_id]
@@ -211,7 +209,7 @@ class LocalScheduler:
                 continue  # still infeasible: already reported once
             out += decisions
         out += self._waiting.take_heads(self._spill)
-        out += self._groups.nodes_changed(self._view)
+        out += self._groups.nodes_changed(self._cluster.nodes)
         out += self._place_groups(infeasible_too=True)
         return out
 
@@ -284,45 +282,19 @@ class LocalScheduler:
                 return [self._forward(work, target)]
         if local_ok and work.place.fits_in(self._total):
             return [self._enqueue(work, None)]
-        feasible = self._feasible_remote(work)
+        feasible = self._cluster.feasible(work.place, req.labels)
         if feasible:
-            return [self._forward(work, self._best_by_locality(work, feasible))]
+            return [self._forward(work, self._cluster.best_by_locality(feasible, req.arg_locality))]
         return [self._mark_infeasible(work)]
 
     def _pick_node(self, work: QueuedWork, strategy: Strategy, local_ok: bool) -> NodeId | None:
         """A node that fits `work` now: round-robin for SPREAD, else the best remote by locality."""
-        req = work.req
-        remote = [
-            n for n, free in self._view_free.items()
-            if work.place.fits_in(free) and labels_match(req.labels, self._view[n].labels)
-        ]
+        remote = self._cluster.fitting_now(work.place, work.req.labels)
         if isinstance(strategy, SpreadStrategy):
-            fitting = sorted(remote)
             if local_ok and self._fits_now(work):
-                fitting = sorted([*fitting, self.node_id])
-            if not fitting:
-                return None
-            self._spread_next += 1
-            return fitting[self._spread_next % len(fitting)]
-        return self._best_by_locality(work, remote) if remote else None
-
-    def _best_by_locality(self, work: QueuedWork, nodes: Sequence[NodeId]) -> NodeId:
-        """The node holding most of the work's argument bytes; then most free CPU; then id."""
-        locality = work.req.arg_locality
-        return min(
-            nodes,
-            key=lambda n: (
-                -locality.get(n, 0),
-                -self._view_free.get(n, {}).get(_CPU, 0),
-                n,
-            ),
-        )
-
-    def _feasible_remote(self, work: QueuedWork) -> list[NodeId]:
-        return [
-            n for n, r in self._view.items()
-            if work.place.fits_in(r.total) and labels_match(work.req.labels, r.labels)
-        ]
+                remote = sorted([*remote, self.node_id])
+            return self._cluster.next_spread(remote) if remote else None
+        return self._cluster.best_by_locality(remote, work.req.arg_locality) if remote else None
 
     def _route_affinity(self, work: QueuedWork, aff: NodeAffinity) -> list[Decision] | None:
         """Decisions for node affinity, or None to fall back to the default (soft only)."""
@@ -334,7 +306,7 @@ class LocalScheduler:
             if aff.soft:
                 return None
             return [self._mark_infeasible(work, only={self.node_id: self._total})]
-        node = self._view.get(aff.node_id)
+        node = self._cluster.nodes.get(aff.node_id)
         if node is None:
             if aff.soft:
                 return None
@@ -378,12 +350,8 @@ class LocalScheduler:
         return Dispatch(wid, work.hold, gpu_ids, bundle)
 
     def _forward(self, work: QueuedWork, node: NodeId, *, count: bool = True) -> Forward:
-        free = self._view_free.get(node)
-        if count and free is not None and work.place.fits_in(free):
-            # Count it against our copy of that node's free resources until gossip catches up,
-            # so a burst is not all sent to the same node.
-            for k, v in work.place.items():
-                free[k] -= v
+        if count:
+            self._cluster.charge(node, work.place)
         req = replace(work.req, hops=work.req.hops + 1)
         return Forward(req.work_id, node, req)
 
@@ -403,8 +371,7 @@ class LocalScheduler:
         if only is not None:
             caps = only
         else:
-            caps = {n: r.total for n, r in self._view.items()
-                    if labels_match(work.req.labels, r.labels)}
+            caps = self._cluster.totals(work.req.labels)
             if labels_match(work.req.labels, self._labels):
                 caps = {self.node_id: self._total, **caps}
         if not caps:
@@ -533,12 +500,7 @@ class LocalScheduler:
         return out
 
     def _cluster_view(self) -> dict[NodeId, NodeResources]:
-        view = {
-            n: NodeResources(r.total, ResourceSet(self._view_free[n]), r.labels)
-            for n, r in self._view.items()
-        }
-        view[self.node_id] = self.snapshot()
-        return view
+        return self._cluster.with_self(self.snapshot())
 
     def _place_groups(self, *, infeasible_too: bool) -> list[Decision]:
         out = self._groups.retry(self._cluster_view(), infeasible_too=infeasible_too)
