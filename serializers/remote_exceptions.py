@@ -57,7 +57,15 @@ def _rebuild_exception(
     context: BaseException | None,
     suppress_context: bool,
 ) -> BaseException:
-    exc = rebuild(*args)
+    try:
+        exc = rebuild(*args)
+    except TypeError:
+        # The default reduce calls cls(*self.args), which fails for classes whose __init__
+        # takes other arguments; build the instance without __init__, then restore its state.
+        if not (isinstance(rebuild, type) and issubclass(rebuild, BaseException)):
+            raise
+        exc = rebuild.__new__(rebuild, *args)
+        exc.args = tuple(args)
     if state:
         setstate = getattr(exc, "__setstate__", None)
         if setstate is not None:
