@@ -57,34 +57,37 @@ def encode(msg: Message) -> bytes:
         raise ProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
 
 
-def _nbytes(frame: Buffer) -> int:
-    if type(frame) is bytes:  # the common case, without building a memoryview
+def _buffer_size(frame: object, what: str | int) -> int:
+    """Bytes in a buffer (len() counts items, not bytes, for a wide memoryview)."""
+    if type(frame) is bytes or type(frame) is bytearray:
         return len(frame)
-    return memoryview(frame).nbytes
+    try:
+        return memoryview(frame).nbytes  # type: ignore[arg-type]
+    except TypeError:
+        where = f"frame {what}" if isinstance(what, int) else what
+        raise ProtocolError(f"{where} is not a buffer: {type(frame).__name__}") from None
+
+
+def _decode_error(frame: Buffer, exc: Exception) -> ProtocolError:
+    if isinstance(exc, msgspec.ValidationError):
+        return ProtocolError(_explain_validation(frame, str(exc)))
+    if isinstance(exc, msgspec.DecodeError):
+        return ProtocolError(f"malformed message header: {exc}")
+    # RecursionError, MemoryError, a message's __post_init__, a non-contiguous buffer, ...
+    return ProtocolError(f"malformed message header: {type(exc).__name__}: {exc}")
 
 
 def decode(frame: Buffer, *, limits: Limits | None = None) -> Message:
     """Decode and validate one header frame; ProtocolError names what was wrong."""
-    try:
-        size = _nbytes(frame)
-    except TypeError:
-        raise ProtocolError(f"header frame is not a buffer: {type(frame).__name__}") from None
+    size = len(frame) if type(frame) is bytes else _buffer_size(frame, "header frame")
     max_header = (limits or default_limits()).max_header_bytes
     if size > max_header:
         raise ProtocolError(f"header frame of {size} bytes exceeds the limit of {max_header}")
-    return _decode(frame)
-
-
-def _decode(frame: Buffer) -> Message:
     decoder = _decoder if _decoder is not None else _get_decoder()
     try:
         return decoder.decode(frame)
-    except msgspec.ValidationError as exc:
-        raise ProtocolError(_explain_validation(frame, str(exc))) from exc
-    except msgspec.DecodeError as exc:
-        raise ProtocolError(f"malformed message header: {exc}") from exc
-    except Exception as exc:  # RecursionError, MemoryError, a field's __post_init__, ...
-        raise ProtocolError(f"malformed message header: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise _decode_error(frame, exc) from exc
 
 
 def pack(
@@ -104,24 +107,22 @@ def pack(
     if not buffers:
         return [header]
     frames: list[Buffer] = [header, *buffers]
-    _check_frames(frames, lim, header_size=len(header), what=f"{type(msg).__name__} message")
+    _check_buffers(frames, lim, len(header), type(msg).__name__)
     return frames
 
 
-def _check_frames(frames: Sequence[Buffer], lim: Limits, *, header_size: int, what: str) -> None:
+def _check_buffers(frames: Sequence[Buffer], lim: Limits, total: int, name: str | None) -> None:
+    """Check the frame count and total size; `total` starts as the header's size."""
     if len(frames) > lim.max_frames:
+        what = f"{name} message" if name else "message"
         raise ProtocolError(
             f"{what} has {len(frames)} frames, more than the limit of {lim.max_frames}"
         )
-    total = header_size
     for i in range(1, len(frames)):
-        try:
-            total += _nbytes(frames[i])
-        except TypeError:
-            raise ProtocolError(
-                f"{what}: frame {i} is not a buffer: {type(frames[i]).__name__}"
-            ) from None
+        frame = frames[i]
+        total += len(frame) if type(frame) is bytes else _buffer_size(frame, i)
     if total > lim.max_message_bytes:
+        what = f"{name} message" if name else "message"
         raise ProtocolError(f"{what} of {total} bytes exceeds the limit of {lim.max_message_bytes}")
 
 
@@ -136,22 +137,26 @@ def unpack(
     lim = limits or default_limits()
     try:
         count = len(frames)
-    except TypeError:
+        header = frames[0]
+    except IndexError:
+        raise ProtocolError("empty message: no header frame") from None
+    except (TypeError, KeyError):
         raise ProtocolError(f"frames must be a sequence, got {type(frames).__name__}") from None
-    if count == 0:
-        raise ProtocolError("empty message: no header frame")
-    header = frames[0]
-    try:
-        header_size = _nbytes(header)
-    except TypeError:
-        raise ProtocolError(f"header frame is not a buffer: {type(header).__name__}") from None
-    if header_size > lim.max_header_bytes:
+    size = len(header) if type(header) is bytes else _buffer_size(header, "header frame")
+    if size > lim.max_header_bytes:
         raise ProtocolError(
-            f"header frame of {header_size} bytes exceeds the limit of {lim.max_header_bytes}"
+            f"header frame of {size} bytes exceeds the limit of {lim.max_header_bytes}"
         )
     if count > 1:
-        _check_frames(frames, lim, header_size=header_size, what="message")
-    return _decode(header), list(frames[1:])
+        _check_buffers(frames, lim, size, None)
+        buffers = list(frames[1:])
+    else:
+        buffers = []
+    decoder = _decoder if _decoder is not None else _get_decoder()
+    try:
+        return decoder.decode(header), buffers
+    except Exception as exc:
+        raise _decode_error(header, exc) from exc
 
 
 def safe_unpack(
