@@ -9,6 +9,7 @@ bookkeeping for one segment; `Arena` owns the files and the budget across segmen
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -264,7 +265,12 @@ class Arena:
         try:
             os.ftruncate(fd, size)
             if self._reserve and hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(fd, 0, size)
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as e:
+                    # A file system without fallocate keeps the file sparse instead.
+                    if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                        raise
         except OSError as e:
             os.close(fd)
             os.unlink(path)
