@@ -142,9 +142,8 @@ class RequestTable:
         out: Outbox = []
         ring = router.ring
         for p in self._pending.values():
-            if isinstance(p.message, KvList) or p.target is None or p.target not in ring:
-                out += self._send(now, p, router)
-            elif ring.primary(p.key) != p.target:
+            moved = p.target is None or p.target not in ring or ring.primary(p.key) != p.target
+            if moved or isinstance(p.message, KvList):
                 out += self._send(now, p, router)
         return out
 

@@ -18,8 +18,8 @@ from zmesh.core.hashring import HashRing
 from zmesh.protocol.messages.control import (
     KvRecord,
     Notify,
-    SubSnapshot,
     Subscribe,
+    SubSnapshot,
     Unsubscribe,
     WatchState,
 )
