@@ -159,6 +159,7 @@ class LocalScheduler:
             raise ValueError(f"{req.describe()}: work id {wid.hex()} was already submitted")
         if (
             req.resources is None
+            and req.placement_resources is None
             and req.strategy is DEFAULT
             and req.kind == "task"
             and not req.labels
