@@ -16,7 +16,7 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -37,9 +37,16 @@ ZERO_COPY_THRESHOLD = 64 * 1024
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
 _MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
+# A routing id no peer can have: peers' ids are their addresses, which all contain "://".
+_WAKE_ID = b"zmesh-wake"
 _NOBLOCK = zmq.NOBLOCK
-_SNDMORE = zmq.SNDMORE
-_POLLIN = zmq.POLLIN
+_SNDMORE = zmq.NOBLOCK | zmq.SNDMORE
+_RCVTIMEO = zmq.RCVTIMEO
+# The backend methods skip pyzmq's Python-level wrappers (routing_id/group handling that
+# zmesh never uses); on the hot path that halves the cost of each call.
+_send: Callable[..., Any] = zmq.backend.Socket.send
+_recv: Callable[..., Any] = zmq.backend.Socket.recv
+_setsockopt: Callable[..., Any] = zmq.backend.Socket.set
 
 
 class _SharedContext:
@@ -133,17 +140,19 @@ class ZmqEndpoint(Endpoint):
                     f"address {self.address!r} is {len(self._routing_id)} bytes; zmq routing ids "
                     f"are limited to {_MAX_ROUTING_ID} (use a shorter ipc path)"
                 )
+            # wake() reaches recv through the ROUTER itself, over inproc: recv then blocks in
+            # one plain zmq recv, with no poll and no second socket to watch.
             wake_address = f"inproc://zmesh-wake-{os.getpid()}-{next(_wake_ids)}"
-            self._wake_pull = self._context.socket(zmq.PULL)
-            self._wake_pull.linger = 0
-            self._wake_pull.bind(wake_address)
-            self._wake_push: zmq.Socket[bytes] | None = self._context.socket(zmq.PUSH)
-            self._wake_push.linger = 0
-            self._wake_push.connect(wake_address)
+            self._router.bind(wake_address)
+            self._waker: zmq.Socket[bytes] | None = self._context.socket(zmq.DEALER)
+            self._waker.linger = 0
+            self._waker.setsockopt(zmq.ROUTING_ID, _WAKE_ID)
+            self._waker.connect(wake_address)
         except BaseException:
             self._release_all()
             raise
-        self._poll_items = [(self._router, _POLLIN), (self._wake_pull, _POLLIN)]
+        self._wake_pending = False
+        self._rcvtimeo = -1
         self._track_open()
 
     # -- binding --------------------------------------------------------------------------
@@ -216,22 +225,25 @@ class ZmqEndpoint(Endpoint):
         if dealer is None:
             dealer = self._connect(to)
         cap = self.max_frame_size
-        sizes: list[int] = []
-        for frame in frames:
-            size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
-            if size > cap:
-                raise TransportError(
-                    f"frame {len(sizes)} to {to!r} is {size} bytes, over the cap of {cap} "
-                    "bytes (max_frame_size)"
-                )
-            sizes.append(size)
-        last = len(sizes) - 1
-        if last < 0:
-            raise TransportError(f"message to {to!r} has no frames; send at least one")
         try:
+            if len(frames) == 1:  # the common case, kept free of per-message allocations
+                frame = frames[0]
+                size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
+                if size > cap:
+                    raise self._too_large(to, 0, size)
+                _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
+                return
+            sizes = [len(f) if type(f) is bytes else frame_nbytes(f) for f in frames]
+            if not sizes:
+                raise TransportError(f"message to {to!r} has no frames; send at least one")
+            for index, size in enumerate(sizes):
+                if size > cap:
+                    raise self._too_large(to, index, size)
+            last = len(sizes) - 1
             for index, frame in enumerate(frames):
-                flags = _NOBLOCK if index == last else _NOBLOCK | _SNDMORE
-                dealer.send(frame, flags, copy=sizes[index] < ZERO_COPY_THRESHOLD)
+                size = sizes[index]
+                flags = _NOBLOCK if index == last else _SNDMORE
+                _send(dealer, frame, flags, size < ZERO_COPY_THRESHOLD)
         except zmq.Again:
             # libzmq takes a multipart message whole or not at all, so nothing went out.
             raise TransportError(
@@ -240,65 +252,59 @@ class ZmqEndpoint(Endpoint):
         except zmq.ZMQError as exc:
             raise TransportError(f"cannot send to {to!r}: {exc}") from exc
 
+    def _too_large(self, to: str, index: int, size: int) -> TransportError:
+        return TransportError(
+            f"frame {index} to {to!r} is {size} bytes, over the cap of {self.max_frame_size} "
+            "bytes (max_frame_size)"
+        )
+
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
         router = self._router
-        while True:
-            try:
-                parts = router.recv_multipart(_NOBLOCK, copy=False)
-            except zmq.Again:
-                if not self._wait(timeout):
-                    return None
-                parts = router.recv_multipart(_NOBLOCK, copy=False)
-            except zmq.ZMQError as exc:
-                raise self._closed_error("recv", exc) from exc
-            if self._screen_inbound and self._oversized(parts):
-                # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
-                self.dropped_oversized += 1
-                continue
-            frames: list[Buffer] = [
-                part.bytes if len(part) < ZERO_COPY_THRESHOLD else part.buffer for part in parts[1:]
-            ]
-            return parts[0].bytes.decode(), frames
-
-    def _oversized(self, parts: list[zmq.Frame]) -> bool:
-        cap = self.max_frame_size
-        return any(len(part) > cap for part in parts[1:])
-
-    def _wait(self, timeout: float | None) -> bool:
-        """Block until a message is ready (True) or on timeout or wake (False)."""
-        if self._closed:
-            raise TransportError(f"endpoint {self.address!r} is closed; cannot recv")
-        # Round up: returning a hair early would make callers spin on a near-due deadline.
         timeout_ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
         try:
-            ready = zmq.zmq_poll(self._poll_items, timeout_ms)
+            if timeout_ms != self._rcvtimeo:
+                _setsockopt(router, _RCVTIMEO, timeout_ms)
+                self._rcvtimeo = timeout_ms
+            while True:
+                sender = _recv(router)
+                # A ROUTER always delivers the routing id plus at least one frame. Frames
+                # under the zero-copy threshold come back as bytes, larger ones as views
+                # of libzmq's own buffer.
+                frame = _recv(router, 0, False)
+                frames: list[Buffer] = [
+                    frame.bytes if len(frame) < ZERO_COPY_THRESHOLD else frame.buffer
+                ]
+                while frame.more:
+                    frame = _recv(router, 0, False)
+                    frames.append(frame.bytes if len(frame) < ZERO_COPY_THRESHOLD else frame.buffer)
+                if sender == _WAKE_ID:
+                    self._wake_pending = False
+                    return None
+                if self._screen_inbound and self._oversized(frames):
+                    # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
+                    self.dropped_oversized += 1
+                    continue
+                return sender.decode(), frames
+        except zmq.Again:
+            return None
         except zmq.ZMQError as exc:
             raise self._closed_error("recv", exc) from exc
-        message_ready = False
-        for sock, _ in ready:
-            if sock is self._router:
-                message_ready = True
-            else:
-                self._drain_wakes()
-        return message_ready
 
-    def _drain_wakes(self) -> None:
-        pull = self._wake_pull
-        try:
-            while True:
-                pull.recv(_NOBLOCK)
-        except zmq.Again:
-            pass
+    def _oversized(self, frames: list[Buffer]) -> bool:
+        cap = self.max_frame_size
+        return any(frame_nbytes(frame) > cap for frame in frames)
 
     def wake(self) -> None:
         with self._wake_lock:
-            push = self._wake_push
-            if push is None:
+            waker = self._waker
+            # One queued wake-up is enough; recv clears the flag when it takes it.
+            if waker is None or self._wake_pending:
                 return
+            self._wake_pending = True
             try:
-                push.send(b"", _NOBLOCK)
-            except zmq.Again:
-                pass  # the queue is full of wake-ups already; one more adds nothing
+                waker.send(b"", _NOBLOCK)
+            except zmq.ZMQError:
+                self._wake_pending = False
 
     # -- connections ----------------------------------------------------------------------
 
@@ -350,17 +356,16 @@ class ZmqEndpoint(Endpoint):
     def _release_all(self) -> None:
         self._closed = True
         with self._wake_lock:
-            push = getattr(self, "_wake_push", None)
-            self._wake_push = None
-        if push is not None:
-            push.close()
+            waker = getattr(self, "_waker", None)
+            self._waker = None
+        if waker is not None:
+            waker.close()
         for dealer in self._peers.values():
             dealer.close()
         self._peers.clear()
-        for name in ("_wake_pull", "_router"):
-            sock = getattr(self, name, None)
-            if sock is not None:
-                sock.close()
+        router = getattr(self, "_router", None)
+        if router is not None:
+            router.close()
         context, self._context = self._context, None  # type: ignore[assignment]
         if context is not None:
             _shared_context.release()
