@@ -35,10 +35,10 @@ def _int_strategy(t: mi.IntType) -> st.SearchStrategy[int]:
     return ints
 
 
-def _sized(t: Any, elements: st.SearchStrategy[Any], build: Any) -> st.SearchStrategy[Any]:
+def _sized(t: Any, elements: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
     lo = t.min_length or 0
     hi = t.max_length if t.max_length is not None else lo + 4
-    return build(elements, min_size=lo, max_size=hi)
+    return st.lists(elements, min_size=lo, max_size=hi)
 
 
 def strategy_for(t: mi.Type, depth: int = 0) -> st.SearchStrategy[Any]:
@@ -94,14 +94,14 @@ def strategy_for(t: mi.Type, depth: int = 0) -> st.SearchStrategy[Any]:
         if depth >= _MAX_DEPTH and not t.min_length:
             return st.just([]).map(_container(t))
         items = strategy_for(t.item_type, deeper)
-        return _sized(t, items, st.lists).map(_container(t))
+        return _sized(t, items).map(_container(t))
     if isinstance(t, mi.TupleType):
         return st.tuples(*(strategy_for(i, deeper) for i in t.item_types))
     if isinstance(t, mi.DictType):
         if depth >= _MAX_DEPTH and not t.min_length:
             return st.just({})
         keys = strategy_for(t.key_type, deeper)
-        return _sized(t, st.tuples(keys, strategy_for(t.value_type, deeper)), st.lists).map(dict)
+        return _sized(t, st.tuples(keys, strategy_for(t.value_type, deeper))).map(dict)
     if isinstance(t, mi.StructType):
         return struct_strategy(t, depth)
     if isinstance(t, mi.UnionType):
@@ -138,7 +138,7 @@ def struct_strategy(t: mi.StructType, depth: int = 0) -> st.SearchStrategy[Any]:
 
 
 def _default_of(f: mi.Field) -> Any:
-    if f.default_factory is not mi.NODEFAULT:
+    if f.default_factory is not msgspec.NODEFAULT:
         return f.default_factory()
     return f.default
 

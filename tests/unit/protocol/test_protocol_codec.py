@@ -9,7 +9,7 @@ import pytest
 
 from zmesh.errors import ProtocolError
 from zmesh.protocol import limits as limits_mod
-from zmesh.protocol.codec import decode, encode, pack, safe_unpack, unpack
+from zmesh.protocol.codec import Buffer, decode, encode, pack, safe_unpack, unpack
 from zmesh.protocol.limits import Limits, default_limits, set_default_limits
 from zmesh.protocol.messages.common import ErrorReply, Ping, Pong
 from zmesh.protocol.messages.handshake import Hello
@@ -133,7 +133,7 @@ def test_unpack_returns_the_same_buffer_objects_it_was_given() -> None:
 
 
 def test_pack_then_unpack_round_trips_message_and_buffers() -> None:
-    buffers = [b"a", bytearray(b"bc"), memoryview(b"def")]
+    buffers: list[Buffer] = [b"a", bytearray(b"bc"), memoryview(b"def")]
     msg, got = unpack(pack(Pong(seq=2), buffers))
     assert msg == Pong(seq=2)
     assert got == buffers

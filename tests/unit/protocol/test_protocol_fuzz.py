@@ -17,7 +17,7 @@ from zmesh.protocol.limits import Limits
 from zmesh.protocol.messages import ALL_MESSAGES, BY_TAG
 from zmesh.protocol.messages.base import Message
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Values of every msgpack type, to put where a field of another type belongs.
 OTHER_TYPED_VALUES: list[Any] = [

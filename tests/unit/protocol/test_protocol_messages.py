@@ -49,6 +49,7 @@ def test_tags_are_unique_and_inside_their_modules_range() -> None:
     assert len(tags) == len(set(tags))
     for cls in ALL_MESSAGES:
         tag = tag_of(cls)
+        assert tag is not None, cls
         assert tag in module_range(cls.__module__), cls
         assert tag not in RESERVED_TAGS, cls
         assert BY_TAG[tag] is cls
