@@ -71,13 +71,15 @@ class Endpoint(abc.ABC):
         """Next inbound message as (sender's address, frames).
 
         Blocks up to `timeout` seconds (None: forever, 0: poll). Returns None on timeout or
-        when `wake()` was called; a wake that arrives while nothing is blocked makes the next
-        recv that would block return None at once, so no wake-up is lost.
+        for a `wake()`. A wake that comes while no recv is blocked is kept, and a later recv
+        returns None for it (perhaps ahead of messages already queued), so no wake-up is
+        lost; wakes not yet taken by a recv coalesce into one.
         """
 
     @abc.abstractmethod
     def wake(self) -> None:
-        """Make a blocked (or the next blocking) `recv` return None; safe from any thread."""
+        """Make a blocked (or a later) `recv` return None; safe from any thread, even after
+        close (then it does nothing)."""
 
     @abc.abstractmethod
     def disconnect(self, peer: str) -> None:
