@@ -106,7 +106,7 @@ def describe_unpicklable(value: Any, dumps: Callable[[Any], object], error: Base
     cannot serialize Trainer: attribute 'self.logger.lock' is a _thread.lock, which cannot
     be pickled (cannot pickle '_thread.lock' object)
     """
-    what = type_name(value)
+    what = type(value).__qualname__
     if isinstance(value, (types.FunctionType, types.MethodType)):
         what = f"{what} {value.__qualname__}"
     found = find_unpicklable(value, dumps)
