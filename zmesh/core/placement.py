@@ -145,11 +145,16 @@ def _match_distinct(
     owner: dict[str, int] = {}
 
     def augment(bundle: int, seen: set[str]) -> bool:
+        # A free node first (keeps the preferred order), then try to move an earlier bundle.
+        for node in fits[bundle]:
+            if node not in owner:
+                owner[node] = bundle
+                return True
         for node in fits[bundle]:
             if node in seen:
                 continue
             seen.add(node)
-            if node not in owner or augment(owner[node], seen):
+            if augment(owner[node], seen):
                 owner[node] = bundle
                 return True
         return False
