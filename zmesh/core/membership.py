@@ -24,7 +24,8 @@ import random
 from dataclasses import dataclass
 from typing import Union
 
-from zmesh.core.membership_gossip import AddressSet, UpdateQueue
+from zmesh.core.membership_gossip import UpdateQueue
+from zmesh.core.membership_table import MemberTable, valid_update
 from zmesh.core.membership_types import (
     MemberEvent,
     MemberEventKind,
@@ -59,18 +60,6 @@ log = logging.getLogger("zmesh.membership")
 MembershipMessage = Union[Probe, ProbeAck, ProbeRequest, Gossip, Join, PushPull]
 Outbox = list[tuple[str, MembershipMessage]]
 
-_LIVE = (MemberState.ALIVE, MemberState.SUSPECT)
-_GONE_EVENT = {MemberState.DEAD: MemberEventKind.DEAD, MemberState.LEFT: MemberEventKind.LEFT}
-
-
-@dataclass
-class _Member:
-    address: str
-    state: MemberState
-    incarnation: int
-    metadata: Metadata
-    since: float  # when `state` last changed, for tombstone expiry
-
 
 @dataclass
 class _Probe:
@@ -102,15 +91,9 @@ class Membership:
         self._incarnation = 0
         self._metadata = Metadata(0, dict(resources or {}), dict(labels or {}))
         self._left = False
-        self._members: dict[str, _Member] = {}  # every other member we know, tombstones too
-        self._live = AddressSet()  # alive or suspect, not us
-        self._dead: dict[str, float] = {}  # DEAD (not LEFT) members -> since when
-        self._suspicions: dict[str, float] = {}  # suspect member -> when it is declared dead
+        self._table = MemberTable(self.config, self._rng)  # the other members
         self._queue = UpdateQueue(self.config.max_queued_updates)
-        self._events: list[MemberEvent] = []
         self._probe: _Probe | None = None
-        self._probe_order: list[str] = []
-        self._probe_next = 0
         self._relays: dict[int, tuple[str, int, float]] = {}  # our seq -> (origin, its seq, expiry)
         self._seq = 0
         self._started = False
@@ -133,19 +116,19 @@ class Membership:
 
     def members(self) -> dict[str, MemberInfo]:
         """Every member this node knows, itself included; dead and left ones until forgotten."""
-        view = {self.address: self._info_self()}
-        for m in self._members.values():
-            view[m.address] = MemberInfo(m.address, m.state, m.incarnation, m.metadata)
+        view = {self.address: self._info(self._record_self())}
+        for record in self._table:
+            view[record.address] = self._info(record)
         return view
 
     def live_members(self) -> list[str]:
         """Addresses of the members that are alive or suspected, itself included, sorted."""
         own = [] if self._left else [self.address]
-        return sorted([*self._live, *own])
+        return sorted([*self._table.live, *own])
 
     def drain_events(self) -> list[MemberEvent]:
         """The view changes since the last call, oldest first."""
-        events, self._events = self._events, []
+        events, self._table.events = self._table.events, []
         return events
 
     # -- commands ------------------------------------------------------------------------
@@ -169,7 +152,7 @@ class Membership:
         self._next_join = math.inf
         self._probe = None
         self._queue.push(self.address)
-        targets = self._live.sample(self._rng, self.config.leave_fanout)
+        targets = self._table.live.sample(self._rng, self.config.leave_fanout)
         return [(t, Gossip([self._record_self()])) for t in targets]
 
     def set_metadata(
@@ -201,15 +184,7 @@ class Membership:
         For simulations and benchmarks that start from a converged mesh of many nodes.
         """
         self._start(now)
-        for u in records:
-            if u.address == self.address or u.address in self._members:
-                continue
-            meta = u.metadata if u.metadata is not None else Metadata()
-            self._members[u.address] = _Member(u.address, u.state, u.incarnation, meta, now)
-            if u.state in _LIVE:
-                self._live.add(u.address)
-                self._probe_order.append(u.address)
-        self._rng.shuffle(self._probe_order)
+        self._table.adopt(now, [u for u in records if u.address != self.address])
         self._seeds = []
         self._next_join = math.inf
 
@@ -226,8 +201,8 @@ class Membership:
             deadline = min(deadline, probe.ack_deadline)
         if len(self._queue):
             deadline = min(deadline, self._next_gossip)
-        if self._suspicions:
-            deadline = min(deadline, min(self._suspicions.values()))
+        if self._table.suspicions:
+            deadline = min(deadline, min(self._table.suspicions.values()))
         return deadline
 
     def tick(self, now: float) -> Outbox:
@@ -246,30 +221,27 @@ class Membership:
                 self._expire_relays(now)
             return out
         self._run_probe(now, late, out)
-        for address, deadline in list(self._suspicions.items()):
-            if now >= deadline:
-                del self._suspicions[address]
-                member = self._members.get(address)
-                if member is not None and member.state is MemberState.SUSPECT:
-                    self._set_state(member, MemberState.DEAD, member.incarnation, now)
-                    self._queue.push(address)
+        for address in self._table.expire_suspicions(now):
+            self._queue.push(address)
         if now >= self._next_gossip and len(self._queue):
             # One round counts as one send of its batch, whatever the fan-out: with few
             # members, lambda*log(n) single sends can miss a member entirely.
             batch = self._take_batch()
-            for target in self._gossip_targets(cfg.gossip_fanout):
+            targets = self._table.random_targets(now, cfg.gossip_fanout, cfg.gossip_to_dead)
+            for target in targets:
                 out.append((target, Gossip(self._piggyback(target, batch))))
             self._next_gossip = now + cfg.gossip_interval
         if now >= self._next_push_pull:
             self._next_push_pull = now + cfg.push_pull_period(self._n())
-            targets = self._gossip_targets(1, include_dead=cfg.dead_retention)
+            targets = self._table.random_targets(now, 1, cfg.dead_retention)
             out.extend((t, PushPull(self._full_state())) for t in targets)
         if now >= self._next_join:
             self._next_join = now + cfg.join_retry_interval
             out.extend((s, Join(self._record_self())) for s in self._seeds)
         if now >= self._next_gc:
             self._next_gc = now + 1.0
-            self._forget_tombstones(now)
+            for address in self._table.forget_tombstones(now):
+                self._queue.discard(address)
             self._expire_relays(now)
         return out
 
@@ -330,51 +302,24 @@ class Membership:
         else:
             raise TypeError(f"not a membership message: {type(message).__name__}")
         # Tell a member we hold dead that it is, so that it can refute (healed partitions).
-        member = self._members.get(sender)
+        record = self._table.record(sender)
         replied = any(dest == sender for dest, _ in out)
-        if member is not None and member.state is MemberState.DEAD and not replied:
-            out.append((sender, Gossip([self._record(member)])))
+        if record is not None and record.state is MemberState.DEAD and not replied:
+            out.append((sender, Gossip([record])))
         return out
 
     def _merge(self, now: float, updates: object) -> None:
         if not isinstance(updates, list):
             raise TypeError(f"updates must be a list, got {type(updates).__name__}")
         for u in updates:
-            if not _valid(u):
+            if not valid_update(u):
                 log.warning("membership %s: dropped malformed update %r", self.address, u)
                 continue
             assert isinstance(u, MemberUpdate)
             if u.address == self.address:
                 self._about_me(u)
-            else:
-                self._apply(now, u)
-
-    def _apply(self, now: float, u: MemberUpdate) -> None:
-        member = self._members.get(u.address)
-        state = MemberState(u.state)
-        if member is None:
-            meta = u.metadata if u.metadata is not None else Metadata()
-            if state in _LIVE:
-                member = _Member(u.address, MemberState.DEAD, -1, meta, now)
-                self._members[u.address] = member
-                self._set_state(member, state, u.incarnation, now)
+            elif self._table.apply(now, u):
                 self._queue.push(u.address)
-            else:  # a tombstone: remember it quietly so stale gossip cannot revive it
-                self._members[u.address] = _Member(u.address, state, u.incarnation, meta, now)
-                if state is MemberState.DEAD:
-                    self._dead[u.address] = now
-            return
-        changed = False
-        if (u.incarnation, state) > (member.incarnation, member.state):
-            self._set_state(member, state, u.incarnation, now)
-            changed = True
-        if u.metadata is not None and u.metadata.version > member.metadata.version:
-            member.metadata = u.metadata
-            changed = True
-            if member.state in _LIVE:
-                self._event(MemberEventKind.METADATA, member, now)
-        if changed:
-            self._queue.push(u.address)
 
     def _about_me(self, u: MemberUpdate) -> None:
         """Someone's record of us: refute suspicion or death, and keep our versions highest."""
@@ -406,38 +351,6 @@ class Membership:
             )
             self._queue.push(self.address)
 
-    def _set_state(self, member: _Member, state: MemberState, incarnation: int, now: float) -> None:
-        """Move a member to a state, keeping the live set, timers and events consistent."""
-        old = member.state
-        member.incarnation = incarnation
-        if old is state and state is not MemberState.SUSPECT:
-            return
-        member.state = state
-        member.since = now
-        address = member.address
-        self._suspicions.pop(address, None)
-        if state in _LIVE:
-            self._dead.pop(address, None)
-            if old not in _LIVE:
-                self._live.add(address)
-                self._probe_order.insert(self._rng.randrange(len(self._probe_order) + 1), address)
-                self._event(MemberEventKind.JOINED, member, now)
-            if state is MemberState.SUSPECT:
-                timeout = self.config.suspicion_timeout(self._n())
-                self._suspicions[address] = now + timeout
-                if old is not MemberState.SUSPECT:
-                    self._event(MemberEventKind.SUSPECT, member, now)
-            elif old is MemberState.SUSPECT:
-                self._event(MemberEventKind.ALIVE, member, now)
-        else:
-            if state is MemberState.DEAD:
-                self._dead[address] = now
-            else:
-                self._dead.pop(address, None)
-            if old in _LIVE:
-                self._live.discard(address)
-                self._event(_GONE_EVENT[state], member, now)
-
     # -- probing -------------------------------------------------------------------------
     def _run_probe(self, now: float, late: bool, out: Outbox) -> None:
         cfg = self.config
@@ -446,40 +359,27 @@ class Membership:
             if not probe.indirect_sent and probe.ack_deadline <= now:
                 probe.indirect_sent = True  # sent now, or moot when late or the period is over
                 if not late and now < probe.end:
-                    helpers = self._live.sample(self._rng, cfg.indirect_probes, (probe.target,))
+                    helpers = self._table.live.sample(
+                        self._rng, cfg.indirect_probes, (probe.target,)
+                    )
                     for helper in helpers:
                         request = ProbeRequest(probe.seq, probe.target, self._piggyback(helper))
                         out.append((helper, request))
             if now >= probe.end:
-                member = self._members.get(probe.target)
-                if not late and member is not None and member.state is MemberState.ALIVE:
+                if not late and self._table.suspect(now, probe.target):
                     log.debug("membership %s: %s missed its probe", self.address, probe.target)
-                    self._set_state(member, MemberState.SUSPECT, member.incarnation, now)
                     self._queue.push(probe.target)
                 self._probe = None
         if now < self._next_probe:
             return
         self._probe = None
         self._next_probe = now + cfg.probe_interval
-        target = self._next_target()
+        target = self._table.next_probe_target()
         if target is None:
             return
         seq = self._next_seq()
         self._probe = _Probe(target, seq, now + cfg.ack_timeout, now + cfg.probe_interval)
         out.append((target, Probe(seq, self._piggyback(target))))
-
-    def _next_target(self) -> str | None:
-        for _ in range(2):
-            while self._probe_next < len(self._probe_order):
-                address = self._probe_order[self._probe_next]
-                self._probe_next += 1
-                if address in self._live:
-                    return address
-            # A pass over the list is done: reshuffle the live members for the next one.
-            self._probe_order = list(self._live)
-            self._rng.shuffle(self._probe_order)
-            self._probe_next = 0
-        return None
 
     # -- dissemination -------------------------------------------------------------------
     def _piggyback(self, dest: str, batch: list[str] | None = None) -> list[MemberUpdate]:
@@ -488,56 +388,33 @@ class Membership:
         if batch is None:
             batch = self._take_batch()
         updates: list[MemberUpdate] = []
-        member = self._members.get(dest)
-        told_dest = member is not None and member.state in (
-            MemberState.SUSPECT,
-            MemberState.DEAD,
-        )
-        if member is not None and told_dest:
-            updates.append(self._record(member))
+        theirs = self._table.record(dest)
+        told_dest = theirs is not None and theirs.state in (MemberState.SUSPECT, MemberState.DEAD)
+        if theirs is not None and told_dest:
+            updates.append(theirs)
         for address in batch:
             if address == self.address:
                 updates.append(self._record_self())
             elif address != dest or not told_dest:
-                known = self._members.get(address)
+                known = self._table.record(address)
                 if known is not None:
-                    updates.append(self._record(known))
+                    updates.append(known)
         return updates
 
     def _take_batch(self) -> list[str]:
         limit = self.config.retransmit_limit(self._n())
         return self._queue.take(self.config.max_piggyback, limit)
 
-    def _gossip_targets(self, k: int, include_dead: float | None = None) -> list[str]:
-        window = self.config.gossip_to_dead if include_dead is None else include_dead
-        now = self._last_tick
-        dead = [a for a, since in self._dead.items() if now - since <= window]
-        if not dead:
-            return self._live.sample(self._rng, k)
-        picked: list[str] = []
-        total = len(self._live) + len(dead)
-        for _ in range(min(k, total)):
-            if self._rng.randrange(total) < len(dead):
-                choice = dead[self._rng.randrange(len(dead))]
-                if choice not in picked:
-                    picked.append(choice)
-            else:
-                picked.extend(self._live.sample(self._rng, 1, picked))
-        return picked
-
     def _full_state(self) -> list[MemberUpdate]:
-        return [self._record_self(), *(self._record(m) for m in self._members.values())]
-
-    def _record(self, member: _Member) -> MemberUpdate:
-        return MemberUpdate(member.address, member.state, member.incarnation, member.metadata)
+        return [self._record_self(), *self._table]
 
     def _record_self(self) -> MemberUpdate:
         state = MemberState.LEFT if self._left else MemberState.ALIVE
         return MemberUpdate(self.address, state, self._incarnation, self._metadata)
 
-    def _info_self(self) -> MemberInfo:
-        r = self._record_self()
-        return MemberInfo(r.address, r.state, r.incarnation, self._metadata)
+    @staticmethod
+    def _info(r: MemberUpdate) -> MemberInfo:
+        return MemberInfo(r.address, r.state, r.incarnation, r.metadata or Metadata())
 
     # -- housekeeping --------------------------------------------------------------------
     def _start(self, now: float) -> None:
@@ -553,43 +430,13 @@ class Membership:
         self._next_gc = now + 1.0
 
     def _n(self) -> int:
-        return len(self._live) + 1
+        return self._table.size()
 
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
 
-    def _event(self, kind: MemberEventKind, member: _Member, now: float) -> None:
-        self._events.append(
-            MemberEvent(kind, member.address, member.incarnation, now, member.metadata)
-        )
-
-    def _forget_tombstones(self, now: float) -> None:
-        cutoff = now - self.config.dead_retention
-        for address, member in list(self._members.items()):
-            if member.state not in _LIVE and member.since < cutoff:
-                del self._members[address]
-                self._dead.pop(address, None)
-                self._queue.discard(address)
-
     def _expire_relays(self, now: float) -> None:
         for seq, (_, _, expiry) in list(self._relays.items()):
             if expiry <= now:
                 del self._relays[seq]
-
-
-def _valid(u: object) -> bool:
-    """A well-formed update (the wire decoder checks this too; simulations pass raw objects)."""
-    return (
-        isinstance(u, MemberUpdate)
-        and isinstance(u.address, str)
-        and bool(u.address)
-        and isinstance(u.incarnation, int)
-        and u.incarnation >= 0
-        and isinstance(u.state, int)
-        and u.state in (0, 1, 2, 3)
-        and (u.metadata is None or isinstance(u.metadata, Metadata))
-        and (
-            u.metadata is None or (isinstance(u.metadata.version, int) and u.metadata.version >= 0)
-        )
-    )

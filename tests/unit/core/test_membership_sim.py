@@ -259,3 +259,23 @@ def test_garbage_injected_into_a_running_mesh_is_dropped_and_the_mesh_stays_whol
         net.inject(f"m{i}", "mallory", junk)
     net.run_for(3.0)
     assert all(node.live_members() == sorted(nodes) for node in nodes.values())
+
+
+@SIM
+@given(seed=st.integers(0, 2**16))
+def test_five_percent_message_loss_declares_no_live_member_dead(seed: int) -> None:
+    net = SimNet(seed, drop_rate=0.05)
+    nodes = settled_mesh(net, 10, seed=seed, config=CONFIG)
+    net.run_for(20.0)
+    kinds = {e.kind for node in nodes.values() for e in node.drain_events()}
+    assert MemberEventKind.DEAD not in kinds
+    assert all(node.live_members() == sorted(nodes) for node in nodes.values())
+
+
+def test_crash_is_still_known_everywhere_under_five_percent_message_loss() -> None:
+    net = SimNet(21, drop_rate=0.05)
+    nodes = settled_mesh(net, 10, seed=21, config=CONFIG)
+    net.run_for(2.0)
+    net.crash("m6")
+    net.run_for(5.0)
+    assert set(first_event_times(nodes, "m6", GONE, {})) == set(nodes) - {"m6"}
