@@ -78,7 +78,10 @@ def _resolve(scheme: str) -> EndpointFactory:
         factory = _factories.get(scheme)
         known = list(_factories)
     if factory is None:
-        close = difflib.get_close_matches(scheme, known, n=1, cutoff=0.5)
+        # Two swapped letters ("icp") are the likeliest typo; difflib scores them no better
+        # than other near misses, so look for them first.
+        close = [k for k in known if sorted(k) == sorted(scheme)]
+        close = close or difflib.get_close_matches(scheme, known, n=1, cutoff=0.5)
         hint = f"; did you mean {close[0]!r}?" if close else f"; known schemes: {sorted(known)}"
         raise TransportError(f"no transport for scheme {scheme!r}{hint}")
     if isinstance(factory, str):
