@@ -1,0 +1,181 @@
+"""`@remote` classes: ActorClass.remote() starts an actor; handle.method.remote() calls it."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from zmesh.options import ACTOR_OPTIONS, check_options, env_vars_of, resources_of
+from zmesh.protocol.messages import runtime as m
+from zmesh.remote_function import _Exported
+from zmesh.runtime import context
+from zmesh.runtime.args import pack_args
+from zmesh.runtime.ids import random_id
+from zmesh.runtime.strategies import encode_strategy
+
+
+def method(*, num_returns: int = 1, **_ignored: Any) -> Any:
+    """Decorate an actor method with options, as Ray's `@ray.method(num_returns=2)`."""
+
+    def wrap(fn: Any) -> Any:
+        fn.__zmesh_num_returns__ = num_returns
+        return fn
+
+    return wrap
+
+
+class ActorClass:
+    """A class whose instances run as actors: `Cls.remote(*args)` returns an ActorHandle."""
+
+    def __init__(self, cls: type, options: dict[str, Any]) -> None:
+        self._cls = cls
+        self._options = check_options(dict(options), ACTOR_OPTIONS, f"actor {cls.__name__}")
+        self._exported = _Exported(cls)
+        self.__name__ = cls.__name__
+        self._methods = _method_table(cls)
+        self._is_async = any(inspect.iscoroutinefunction(f)
+                             for f in vars(cls).values() if callable(f))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"actor class {self.__name__} cannot be instantiated directly; "
+                        f"use {self.__name__}.remote(...)")
+
+    def options(self, **opts: Any) -> ActorClass:
+        """A copy with some options changed for the actors created through it."""
+        merged = dict(self._options)
+        merged.update(check_options(opts, ACTOR_OPTIONS, f"actor {self.__name__}"))
+        clone = ActorClass.__new__(ActorClass)
+        clone.__dict__.update(self.__dict__)
+        clone._options = merged
+        return clone
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Start the actor; calls made on the handle queue until it is ready."""
+        client = context.current_client()
+        opts = self._options
+        name = opts.get("name") or ""
+        namespace = opts.get("namespace") or client.namespace
+        if name:
+            found = client.get_named_actor(name, namespace)
+            if found is not None:
+                if opts.get("get_if_exists"):
+                    return found
+                raise ValueError(f"an actor named {name!r} already exists in namespace "
+                                 f"{namespace!r}; use get_if_exists=True to reuse it")
+        self._exported.ensure()
+        lifetime = opts.get("lifetime")
+        if lifetime not in (None, "detached", "non_detached"):
+            raise ValueError(f"lifetime must be 'detached' or None, got {lifetime!r}")
+        explicit = any(opts.get(k) for k in ("num_cpus", "num_gpus", "resources", "memory"))
+        held = resources_of(opts, default_cpus=0.0)
+        placement = {} if explicit else {"CPU": 1.0}
+        max_conc = opts.get("max_concurrency")
+        is_async = self._is_async
+        if max_conc is None:
+            max_conc = 1000 if is_async else 1
+        data, top, nested = pack_args(args, kwargs)
+        if top:  # resolve top-level refs now: the constructor runs once
+            from zmesh.api import get
+
+            vals = get(top)
+            data, top, nested = pack_args(*_substitute(args, kwargs, top, vals))
+        actor_id = random_id(16)
+        spec = m.CreateActor(
+            actor_id=actor_id, owner=client.address, fn_id=self._exported.fn_id,
+            class_name=self.__name__, args=m.Args(data=data), resources=held,
+            placement=placement, name=name, namespace=namespace,
+            detached=lifetime == "detached", max_restarts=int(opts.get("max_restarts", 0)),
+            max_concurrency=int(max_conc), is_async=is_async,
+            env_vars=env_vars_of(opts, client.default_env),
+            strategy=encode_strategy(opts.get("scheduling_strategy")),
+            fn_blob=self._exported.blob)
+        if nested:
+            client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])
+        client.actors.create(spec, int(opts.get("max_task_retries", 0)))
+        return ActorHandle(actor_id, self.__name__, self._methods,
+                           int(opts.get("max_task_retries", 0)), owned=True)
+
+
+def _substitute(args: tuple[Any, ...], kwargs: dict[str, Any], top: list[Any], vals: list[Any]
+                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    by_id = {r.id: v for r, v in zip(top, vals)}
+
+    def sub(v: Any) -> Any:
+        return by_id[v.id] if type(v).__name__ == "ObjectRef" and v.id in by_id else v
+
+    return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
+
+
+def _method_table(cls: type) -> dict[str, int]:
+    table = {}
+    for name, fn in inspect.getmembers(cls, predicate=callable):
+        if name.startswith("__") and name != "__call__":
+            continue
+        table[name] = int(getattr(fn, "__zmesh_num_returns__", 1))
+    return table
+
+
+class ActorMethod:
+    """`handle.method` — call it with `.remote(...)`."""
+
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int) -> None:
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+
+    def options(self, **opts: Any) -> ActorMethod:
+        unknown = set(opts) - {"num_returns", "name", "concurrency_group"}
+        if unknown:
+            raise ValueError(f"invalid option(s) {sorted(unknown)} for actor method {self._name}")
+        return ActorMethod(self._handle, self._name, int(opts.get("num_returns",
+                                                                  self._num_returns)))
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        client = context.current_client()
+        handle = self._handle
+        rec = handle._record(client)
+        data, top, nested = pack_args(args, kwargs)
+        n = self._num_returns
+        task_id = client.actors.call(rec, self._name, data, top, [r.id for r in nested], n)
+        refs = client.make_refs(task_id, n)
+        return refs[0] if n == 1 else refs
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"actor method {self._name} cannot be called directly; "
+                        f"use .{self._name}.remote(...)")
+
+
+class ActorHandle:
+    """A reference to an actor; pass it to tasks and other actors freely."""
+
+    def __init__(self, actor_id: bytes, class_name: str, methods: dict[str, int],
+                 max_task_retries: int = 0, owned: bool = False) -> None:
+        self._actor_id = actor_id
+        self._class_name = class_name
+        self._methods = methods
+        self._max_task_retries = max_task_retries
+        self._owned = owned
+
+    def _record(self, client: Any) -> Any:
+        return client.actors.track(self._actor_id, self._class_name, self._max_task_retries)
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        methods = self.__dict__.get("_methods") or {}
+        if methods and name not in methods:
+            raise AttributeError(f"actor {self._class_name} has no method {name!r}")
+        return ActorMethod(self, name, methods.get(name, 1))
+
+    def __reduce__(self) -> Any:
+        return (ActorHandle, (self._actor_id, self._class_name, self._methods,
+                              self._max_task_retries))
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._actor_id.hex()[:12]})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)

@@ -1,0 +1,193 @@
+"""The Ray Core API: init, shutdown, remote, get, put, wait, kill, cancel, get_actor, ..."""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from zmesh.actor import ActorClass, ActorHandle
+from zmesh.errors import ZmeshError
+from zmesh.object_ref import ObjectRef
+from zmesh.protocol.messages import runtime as m
+from zmesh.remote_function import RemoteFunction
+from zmesh.runtime import context
+from zmesh.runtime.client import CoreClient
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def init(address: str | None = None, *, num_cpus: float | None = None,
+         num_gpus: float | None = None, resources: dict[str, float] | None = None,
+         object_store_memory: int | None = None, namespace: str | None = None,
+         runtime_env: dict[str, Any] | None = None, ignore_reinit_error: bool = False,
+         log_to_driver: bool = True, **_ignored: Any) -> dict[str, Any]:
+    """Start a private node (no address) or connect to a running one at `address`."""
+    with _lock:
+        if context.maybe_client() is not None:
+            if ignore_reinit_error:
+                return dict(_state.get("info", {}))
+            raise RuntimeError("zmesh.init() was already called; call shutdown() first or "
+                               "pass ignore_reinit_error=True")
+        from zmesh.options import check_options
+
+        if runtime_env:
+            check_options({"runtime_env": runtime_env}, {"runtime_env"}, "init")
+        address = address or os.environ.get("ZMESH_ADDRESS") or None
+        proc = session_dir = None
+        if address in (None, "local"):
+            from zmesh.runtime.launcher import start_node
+
+            proc, node_address, session_dir = start_node(
+                num_cpus=float(os.cpu_count() or 1) if num_cpus is None else float(num_cpus),
+                num_gpus=float(num_gpus or 0), resources=dict(resources or {}),
+                object_store_memory=int(object_store_memory or 0))
+        else:
+            node_address, session_dir = _resolve_address(address)
+        client = CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
+        client.namespace = namespace or "default"
+        client.default_env = dict((runtime_env or {}).get("env_vars") or {})
+        try:
+            info = client.connect()
+        except BaseException:
+            client.close()
+            if proc is not None:
+                from zmesh.runtime.launcher import stop_node
+
+                stop_node(proc, session_dir or "")
+            raise
+        context.set_client(client)
+        _state.update(proc=proc, session_dir=session_dir, owns_session=proc is not None,
+                      info={"node_id": info.node_id, "address": node_address,
+                            "session_dir": session_dir})
+        if not _state.get("atexit"):
+            atexit.register(shutdown)
+            _state["atexit"] = True
+        return dict(_state["info"])
+
+
+def _resolve_address(address: str) -> tuple[str, str]:
+    if address.startswith("ipc://"):
+        return address, os.path.dirname(address[len("ipc://"):])
+    raise ZmeshError(f"cannot connect to {address!r}: connecting to a node over tcp comes with "
+                     "the mesh; pass the node's ipc:// address on this machine")
+
+
+def shutdown() -> None:
+    """Disconnect, and stop the private node (and every worker) if init() started one."""
+    with _lock:
+        client = context.maybe_client()
+        if client is None:
+            return
+        context.set_client(None)
+        client.close()
+        proc = _state.pop("proc", None)
+        session_dir = _state.pop("session_dir", None)
+        if proc is not None:
+            from zmesh.runtime.launcher import stop_node
+
+            stop_node(proc, session_dir or "")
+        _state.pop("info", None)
+
+
+def is_initialized() -> bool:
+    """True between init() and shutdown()."""
+    return context.maybe_client() is not None
+
+
+def remote(*args: Any, **options: Any) -> Any:
+    """Make a function a task or a class an actor; works bare or with options."""
+    if len(args) == 1 and not options and (inspect.isfunction(args[0]) or
+                                           inspect.isclass(args[0]) or callable(args[0])):
+        return _make_remote(args[0], {})
+    if args:
+        raise TypeError("@remote takes either a function/class or keyword options")
+
+    def deco(obj: Any) -> Any:
+        return _make_remote(obj, options)
+
+    return deco
+
+
+def _make_remote(obj: Any, options: dict[str, Any]) -> Any:
+    if inspect.isclass(obj):
+        return ActorClass(obj, options)
+    if callable(obj):
+        return RemoteFunction(obj, options)
+    raise TypeError(f"@remote needs a function or a class, got {type(obj).__name__}")
+
+
+def get(refs: Any, *, timeout: float | None = None) -> Any:
+    """The value(s) of a ref or list of refs; raises the task's error or GetTimeoutError."""
+    client = context.current_client()
+    if isinstance(refs, ObjectRef):
+        return client.get([refs], timeout)[0]
+    if isinstance(refs, list | tuple):
+        for r in refs:
+            if not isinstance(r, ObjectRef):
+                raise TypeError(f"get() expects ObjectRefs, got a {type(r).__name__} in the list")
+        return client.get(list(refs), timeout)
+    raise TypeError(f"get() expects an ObjectRef or a list of them, got {type(refs).__name__}")
+
+
+def put(value: Any) -> ObjectRef:
+    """Store a value in the object store and return a ref to it."""
+    return context.current_client().put(value)  # type: ignore[no-any-return]
+
+
+def wait(refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    """(ready, not ready): returns once num_returns refs are ready or timeout passes."""
+    if isinstance(refs, ObjectRef):
+        raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
+    refs = list(refs)
+    if len(set(refs)) != len(refs):
+        raise ValueError("wait() got duplicate ObjectRefs")
+    if not 0 <= num_returns <= len(refs):
+        raise ValueError(f"num_returns={num_returns} must be between 0 and {len(refs)}")
+    return context.current_client().wait(refs, num_returns, timeout)  # type: ignore[no-any-return]
+
+
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    """Kill an actor's worker now; with no_restart=False it may restart (max_restarts)."""
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
+    client = context.current_client()
+    client.loop.send_threadsafe(client.node_address, m.KillActor(actor_id=actor._actor_id,
+                                                                 no_restart=no_restart))
+
+
+def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel the task that makes `ref`: queued ones never run, running ones are interrupted."""
+    if not isinstance(ref, ObjectRef):
+        raise TypeError(f"cancel() expects an ObjectRef, got {type(ref).__name__}")
+    client = context.current_client()
+    client.loop.call_soon(client.tasks.cancel, ref.task_id(), force)
+
+
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    """The handle of a live named actor; ValueError if there is none."""
+    client = context.current_client()
+    handle = client.get_named_actor(name, namespace or client.namespace)
+    if handle is None:
+        raise ValueError(f"no actor named {name!r} in namespace {namespace or client.namespace!r}")
+    return handle  # type: ignore[no-any-return]
+
+
+def available_resources() -> dict[str, float]:
+    """Resources free right now across the mesh."""
+    return dict(context.current_client().query("available_resources"))
+
+
+def cluster_resources() -> dict[str, float]:
+    """Total resources of the mesh."""
+    return dict(context.current_client().query("cluster_resources"))
+
+
+def nodes() -> list[dict[str, Any]]:
+    """One dict per node, as Ray's `ray.nodes()`."""
+    return list(context.current_client().query("nodes"))

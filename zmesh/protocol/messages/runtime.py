@@ -1,0 +1,373 @@
+"""Runtime messages (tags 20-79): clients and nodes, owners and workers, actors and objects.
+
+Values travel as `Value`: small ones inline as packed bytes, large ones as a `StoreLoc` into
+the node's memory-mapped store. Fields follow SCHEMA.md: new fields go last, with defaults.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from zmesh.protocol.messages.base import Message
+
+
+class StoreLoc(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Where an object's packed bytes lie in a node's store."""
+
+    node: str
+    segment: str
+    offset: int
+    size: int
+    object_id: bytes = b""
+
+
+class Value(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A serialized value: inline packed bytes, or a location in a node's store."""
+
+    data: bytes = b""
+    loc: StoreLoc | None = None
+    is_error: bool = False
+
+
+class Args(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Call arguments: packed (args, kwargs) with placeholders, and the top-level refs' values."""
+
+    data: bytes = b""
+    refs: list[Value] = []
+
+
+# -- client <-> node -----------------------------------------------------------------------
+class RegisterClient(Message, tag=20):
+    """A driver or worker announces itself to its node."""
+
+    address: str
+    kind: str
+    pid: int
+    worker_id: bytes
+    job_id: str = ""
+    log_to_driver: bool = True
+
+
+class ClientRegistered(Message, tag=21):
+    """The node's answer to RegisterClient: who it is and where its store lives."""
+
+    node_id: str
+    node_address: str
+    store_dir: str
+    job_id: str
+
+
+class ExportFunction(Message, tag=22):
+    """A pickled function or class, kept by the node for workers that need it."""
+
+    fn_id: bytes
+    blob: bytes
+
+
+class RequestLease(Message, tag=23):
+    """An owner asks for a worker to run tasks of one resource shape."""
+
+    request_id: int
+    owner: str
+    resources: dict[str, float]
+    name: str
+    strategy: bytes = b""
+
+
+class LeaseGranted(Message, tag=24):
+    """A worker is leased to the owner until it returns the lease."""
+
+    request_id: int
+    lease_id: bytes
+    worker_address: str
+    gpu_ids: list[int] = []
+
+
+class LeaseFailed(Message, tag=25):
+    """A lease cannot be granted: `error` is a packed exception."""
+
+    request_id: int
+    error: bytes
+
+
+class ReturnLease(Message, tag=26):
+    """The owner gives a leased worker back to the node."""
+
+    lease_id: bytes
+
+
+class RevokeLease(Message, tag=27):
+    """The node asks an owner to return an idle lease because others wait."""
+
+    lease_id: bytes
+
+
+class CreateActor(Message, tag=28):
+    """Start an actor: from its owner to the node, then from the node to the chosen worker."""
+
+    actor_id: bytes
+    owner: str
+    fn_id: bytes
+    class_name: str
+    args: Args
+    resources: dict[str, float]
+    placement: dict[str, float]
+    name: str = ""
+    namespace: str = ""
+    detached: bool = False
+    max_restarts: int = 0
+    max_concurrency: int = 1
+    is_async: bool = False
+    env_vars: dict[str, str] = {}
+    strategy: bytes = b""
+    get_if_exists: bool = False
+    fn_blob: bytes = b""
+    gpu_ids: list[int] = []
+    restarts: int = 0
+
+
+class ActorState(Message, tag=29):
+    """An actor's state changed: alive at `address`, restarting, or dead with `error`."""
+
+    actor_id: bytes
+    state: str
+    address: str = ""
+    error: bytes = b""
+    reason: str = ""
+    class_name: str = ""
+    restarts: int = 0
+
+
+class KillActor(Message, tag=30):
+    """Kill an actor's worker; with no_restart it stays dead."""
+
+    actor_id: bytes
+    no_restart: bool = True
+
+
+class GetNamedActor(Message, tag=31):
+    """Look up a named actor in a namespace."""
+
+    request_id: int
+    name: str
+    namespace: str
+
+
+class NamedActorReply(Message, tag=32):
+    """The answer to GetNamedActor: the actor's id and class name, or found=False."""
+
+    request_id: int
+    found: bool
+    actor_id: bytes = b""
+    class_name: str = ""
+    address: str = ""
+    state: str = ""
+    fn_id: bytes = b""
+    is_async: bool = False
+
+
+class WorkerExited(Message, tag=33):
+    """A leased worker died: whatever ran on it failed with `reason`."""
+
+    lease_id: bytes
+    worker_address: str
+    reason: str
+
+
+class AllocObject(Message, tag=34):
+    """Reserve space in the node's store for an object of `size` bytes."""
+
+    request_id: int
+    object_id: bytes
+    size: int
+    owner: str
+
+
+class AllocReply(Message, tag=35):
+    """Where to write the object, or an error (packed exception)."""
+
+    request_id: int
+    loc: StoreLoc | None = None
+    error: bytes = b""
+
+
+class SealObject(Message, tag=36):
+    """The object's bytes are written; readers may map it."""
+
+    object_id: bytes
+
+
+class FreeObjects(Message, tag=37):
+    """The last references to these objects are gone: free every copy."""
+
+    object_ids: list[bytes]
+
+
+class Blocked(Message, tag=38):
+    """A worker waits in get: the node lends its CPU out meanwhile."""
+
+    worker: str
+    blocked: bool
+
+
+class LogLines(Message, tag=39):
+    """Lines a worker printed, prefixed the way Ray prints them."""
+
+    prefix: str
+    lines: list[str]
+    stderr: bool = False
+
+
+class Query(Message, tag=40):
+    """Ask the node for state: resources, nodes, placement groups, actors."""
+
+    request_id: int
+    what: str
+    arg: bytes = b""
+
+
+class QueryReply(Message, tag=41):
+    """The answer to Query, msgpack-encoded."""
+
+    request_id: int
+    data: bytes
+    error: str = ""
+
+
+class CreatePlacementGroup(Message, tag=42):
+    """Reserve bundles atomically with a strategy."""
+
+    pg_id: bytes
+    bundles: list[dict[str, float]]
+    strategy: str
+    name: str = ""
+    owner: str = ""
+    detached: bool = False
+
+
+class PlacementGroupState(Message, tag=43):
+    """A placement group is ready, pending (with why), or removed."""
+
+    pg_id: bytes
+    state: str
+    reason: str = ""
+
+
+class RemovePlacementGroup(Message, tag=44):
+    """Release a placement group and stop what runs in it."""
+
+    pg_id: bytes
+
+
+class DriverWarning(Message, tag=45):
+    """A warning for the user: infeasible work, for example; `subject` names the work."""
+
+    text: str
+    subject: str = ""
+
+
+class SubscribeActor(Message, tag=46):
+    """Send me ActorState for this actor now and whenever it changes."""
+
+    actor_id: bytes
+    subscriber: str
+
+
+class Shutdown(Message, tag=47):
+    """Ask the receiver to exit cleanly."""
+
+    reason: str = ""
+
+
+class WorkerReady(Message, tag=48):
+    """A freshly started worker is connected and ready for work."""
+
+    address: str
+    pid: int
+    worker_id: bytes
+
+
+# -- owner <-> worker ----------------------------------------------------------------------
+class ExecuteTask(Message, tag=50):
+    """Run a task on a leased worker; results go to `owner`."""
+
+    task_id: bytes
+    owner: str
+    fn_id: bytes
+    name: str
+    args: Args
+    num_returns: int = 1
+    fn_blob: bytes = b""
+    env_vars: dict[str, str] = {}
+    attempt: int = 0
+
+
+class TaskResult(Message, tag=51):
+    """A task or actor call finished: one Value per return (errors as error Values)."""
+
+    task_id: bytes
+    returns: list[Value]
+    borrowed: list[bytes] = []
+
+
+class ActorCall(Message, tag=52):
+    """Call a method on an actor; calls from one caller run in `seq` order."""
+
+    actor_id: bytes
+    caller: str
+    seq: int
+    task_id: bytes
+    method: str
+    args: Args
+    num_returns: int = 1
+
+
+class CancelTask(Message, tag=53):
+    """Interrupt a running task (or kill its worker with force)."""
+
+    task_id: bytes
+    force: bool = False
+
+
+# -- borrowers <-> owners ------------------------------------------------------------------
+class GetObject(Message, tag=55):
+    """Ask an object's owner for its value; the owner answers when it is ready."""
+
+    object_id: bytes
+    requester: str
+
+
+class ObjectValue(Message, tag=56):
+    """An object's value for a borrower, or an error Value if it is lost."""
+
+    object_id: bytes
+    value: Value
+
+
+class AddBorrowers(Message, tag=57):
+    """The sender holds references to these objects: keep them alive."""
+
+    object_ids: list[bytes]
+    borrower: str
+
+
+class RemoveBorrowers(Message, tag=58):
+    """The sender dropped its references to these objects."""
+
+    object_ids: list[bytes]
+    borrower: str
+
+
+class PinObject(Message, tag=59):
+    """A reader maps a stored object: keep it in place (restore it if spilled); AllocReply."""
+
+    request_id: int
+    object_id: bytes
+    client: str
+
+
+class UnpinObject(Message, tag=60):
+    """The reader dropped every view of the object."""
+
+    object_id: bytes
+    client: str

@@ -1,0 +1,117 @@
+"""`@remote` functions: `.remote()` submits a task and returns ObjectRefs at once."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any, Generic, TypeVar
+
+import cloudpickle
+
+from zmesh.options import TASK_OPTIONS, check_options, env_vars_of, resources_of
+from zmesh.runtime import context
+from zmesh.runtime.args import pack_args
+from zmesh.runtime.ids import IdGen
+from zmesh.runtime.strategies import encode_strategy
+from zmesh.runtime.submit import Task
+
+R = TypeVar("R")
+
+
+class _Exported:
+    """A function or class pickled once, by content id."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+        self._lock = threading.Lock()
+        self.blob = b""
+        self.fn_id = b""
+
+    def ensure(self) -> None:
+        if self.blob:
+            return
+        with self._lock:
+            if not self.blob:
+                try:
+                    blob = cloudpickle.dumps(self._obj)
+                except Exception as exc:
+                    from zmesh.errors import SerializationError
+                    from zmesh.serializers.unpicklable import describe_unpicklable
+
+                    raise SerializationError(
+                        describe_unpicklable(self._obj, cloudpickle.dumps, exc)) from exc
+                self.fn_id = hashlib.sha1(blob).digest()[:16]
+                self.blob = blob
+
+
+class RemoteFunction(Generic[R]):
+    """A function that runs as a task: `f.remote(*args)` returns ObjectRef(s)."""
+
+    def __init__(self, fn: Any, options: dict[str, Any]) -> None:
+        self._function = fn
+        self._options = check_options(dict(options), TASK_OPTIONS, f"task {fn.__name__}")
+        self._exported = _Exported(fn)
+        self.__name__ = getattr(fn, "__name__", "task")
+        self.__doc__ = fn.__doc__
+        self._cache: tuple[Any, ...] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"remote function {self.__name__} cannot be called directly; "
+                        f"use {self.__name__}.remote(...)")
+
+    def options(self, **opts: Any) -> RemoteFunction[R]:
+        """A copy of this function with some options changed for the calls made through it."""
+        merged = dict(self._options)
+        merged.update(check_options(opts, TASK_OPTIONS, f"task {self.__name__}"))
+        clone = RemoteFunction.__new__(RemoteFunction)
+        clone.__dict__.update(self.__dict__)
+        clone._options = merged
+        clone._cache = None
+        return clone
+
+    def _prepared(self, client: Any) -> tuple[Any, ...]:
+        cache = self._cache
+        if cache is None or cache[0] is not client:
+            opts = self._options
+            res = resources_of(opts, default_cpus=1.0)
+            strategy = encode_strategy(opts.get("scheduling_strategy"))
+            key = (tuple(sorted(res.items())), strategy)
+            retries = opts.get("max_retries")
+            cache = self._cache = (
+                client, res, strategy, key, 3 if retries is None else int(retries),
+                _retry_spec(opts.get("retry_exceptions", False)),
+                env_vars_of(opts, client.default_env), opts.get("name") or self.__name__)
+        return cache
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit the task; returns an ObjectRef (a list of them when num_returns > 1)."""
+        client = context.current_client()
+        exported = self._exported
+        exported.ensure()
+        _, res, strategy, key, retries, retry_exc, env, name = self._prepared(client)
+        num_returns = int(self._options.get("num_returns", 1))
+        data, top, nested = pack_args(args, kwargs)
+        task_id = client.ids.task_id()
+        task = Task(task_id, exported.fn_id, exported.blob, name, data, top,
+                    [r.id for r in nested], num_returns, key, res, strategy, retries,
+                    retry_exc, env)
+        refs = client.make_refs(task_id, num_returns)
+        client.tasks.submit(task)
+        if num_returns == 1:
+            return refs[0]
+        return refs
+
+
+def _retry_spec(value: Any) -> Any:
+    if value is True or value is False:
+        return value
+    if isinstance(value, type) and issubclass(value, BaseException):
+        return [value]
+    if isinstance(value, list | tuple) and all(isinstance(v, type) for v in value):
+        return list(value)
+    raise TypeError(f"retry_exceptions must be a bool or a list of exception classes, "
+                    f"got {value!r}")
+
+
+def make_object_ids(task_id: bytes, n: int) -> list[bytes]:
+    return [IdGen.object_id(task_id, i) for i in range(max(n, 1))]

@@ -1,0 +1,198 @@
+"""Calling actors: per-caller sequence numbers, calls sent straight to the actor's worker.
+
+The caller queues calls until the actor's address is known, learns of restarts and death
+from its node (ActorState), retries in-flight calls up to max_task_retries after a restart,
+and fails the rest with ActorDiedError saying why.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from zmesh.errors import ActorDiedError
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime import values
+from zmesh.runtime.ids import IdGen
+from zmesh.runtime.loop import EventLoop
+
+if TYPE_CHECKING:
+    from zmesh.runtime.client import CoreClient
+
+
+@dataclass(eq=False)
+class Call:
+    msg: m.ActorCall
+    release: list[bytes]
+    retries_left: int
+
+
+@dataclass(eq=False)
+class ActorRecord:
+    """What a caller knows of one actor."""
+
+    actor_id: bytes
+    class_name: str
+    state: str = "pending"
+    address: str = ""
+    error: m.Value | None = None
+    seq: int = 0
+    max_task_retries: int = 0
+    queue: deque[Call] = field(default_factory=deque)
+    inflight: dict[bytes, Call] = field(default_factory=dict)
+
+
+class ActorCaller:
+    """Caller-side actor state; `call`/`create`/`track` run on user threads, the rest on the loop."""
+
+    def __init__(self, client: CoreClient) -> None:
+        self.client = client
+        self.records: dict[bytes, ActorRecord] = {}
+        self._by_address: dict[str, ActorRecord] = {}
+        self._lock = threading.Lock()
+        self.pending_reasons: dict[str, str] = {}
+
+    def register(self, loop: EventLoop) -> None:
+        loop.on(m.ActorState, self._on_state)
+
+    # -- user threads ----------------------------------------------------------------------
+    def track(self, actor_id: bytes, class_name: str, max_task_retries: int = 0,
+              subscribe: bool = True) -> ActorRecord:
+        """The record for an actor, subscribing to its state the first time it is seen."""
+        with self._lock:
+            rec = self.records.get(actor_id)
+            if rec is not None:
+                return rec
+            rec = self.records[actor_id] = ActorRecord(actor_id, class_name,
+                                                       max_task_retries=max_task_retries)
+        if subscribe:
+            self.client.loop.send_threadsafe(self.client.node_address, m.SubscribeActor(
+                actor_id=actor_id, subscriber=self.client.address))
+        return rec
+
+    def create(self, spec: m.CreateActor, max_task_retries: int) -> None:
+        self.track(spec.actor_id, spec.class_name, max_task_retries, subscribe=False)
+        self.client.loop.send_threadsafe(self.client.node_address, spec)
+
+    def call(self, rec: ActorRecord, method: str, data: bytes, top_refs: list[Any],
+             nested_ids: list[bytes], num_returns: int) -> bytes:
+        """Queue a call; returns its task id (return object ids derive from it)."""
+        client = self.client
+        task_id = client.ids.task_id()
+        with self._lock:
+            seq = rec.seq
+            rec.seq += 1
+        release = [r.id for r in top_refs] + nested_ids
+        if release:
+            client.objects.add_submitted(release)
+        if top_refs:
+            client.loop.call_soon(self._resolve_then_send, rec, task_id, seq, method, data,
+                                  top_refs, release, num_returns)
+        else:
+            msg = m.ActorCall(actor_id=rec.actor_id, caller=client.address, seq=seq,
+                              task_id=task_id, method=method, args=m.Args(data=data),
+                              num_returns=num_returns)
+            client.loop.call_soon(self._dispatch, rec, Call(msg, release, rec.max_task_retries))
+        return task_id
+
+    # -- loop thread -----------------------------------------------------------------------
+    def _resolve_then_send(self, rec: ActorRecord, task_id: bytes, seq: int, method: str,
+                           data: bytes, top_refs: list[Any], release: list[bytes],
+                           num_returns: int) -> None:
+        resolved: list[m.Value | None] = [None] * len(top_refs)
+        left = [len(top_refs)]
+        # the call keeps its seq: calls behind it wait in the actor's mailbox until it lands
+
+        def on_ready(i: int, value: m.Value) -> None:
+            resolved[i] = value
+            left[0] -= 1
+            if left[0] == 0:
+                msg = m.ActorCall(actor_id=rec.actor_id, caller=self.client.address, seq=seq,
+                                  task_id=task_id, method=method,
+                                  args=m.Args(data=data, refs=resolved),  # type: ignore[arg-type]
+                                  num_returns=num_returns)
+                self.client.loop.call_soon(self._dispatch, rec,
+                                           Call(msg, release, rec.max_task_retries))
+
+        self.client._request_borrowed(top_refs)
+        for i, ref in enumerate(top_refs):
+            if not self.client.objects.when_ready(ref.id, lambda v, i=i: on_ready(i, v)):
+                on_ready(i, values.encode_error(ValueError(f"argument {ref!r} is unknown")))
+
+    def _dispatch(self, rec: ActorRecord, call: Call) -> None:
+        if rec.state == "alive":
+            rec.inflight[call.msg.task_id] = call
+            if not self.client.loop.send(rec.address, call.msg):
+                rec.inflight.pop(call.msg.task_id, None)
+                rec.queue.append(call)
+        elif rec.state == "dead":
+            self._fail(rec, call)
+        else:
+            rec.queue.append(call)
+
+    def _on_state(self, sender: str, msg: m.ActorState, bufs: list[Any]) -> None:
+        rec = self.records.get(msg.actor_id)
+        if rec is None:
+            return
+        if msg.class_name:
+            rec.class_name = msg.class_name
+        rec.state = msg.state
+        if msg.state == "alive":
+            rec.address = msg.address
+            self._by_address[msg.address] = rec
+            queued = sorted(rec.queue, key=lambda c: c.msg.seq)
+            rec.queue.clear()
+            for call in queued:
+                self._dispatch(rec, call)
+        elif msg.state == "dead":
+            rec.error = self._death_value(rec, msg)
+            for call in list(rec.inflight.values()) + list(rec.queue):
+                self._fail(rec, call)
+            rec.inflight.clear()
+            rec.queue.clear()
+        elif msg.state == "restarting":
+            for call in list(rec.inflight.values()):
+                if call.retries_left != 0:
+                    call.retries_left -= 1
+                    rec.queue.append(call)
+                else:
+                    self._fail(rec, call, self._death_value(rec, msg))
+            rec.inflight.clear()
+
+    def _death_value(self, rec: ActorRecord, msg: m.ActorState) -> m.Value:
+        cause = None
+        if msg.error:
+            try:
+                cause = values.decode(m.Value(data=msg.error, is_error=True), None)
+            except Exception:
+                cause = None
+        text = f"actor {rec.class_name!r} ({rec.actor_id.hex()[:12]}) died: {msg.reason}"
+        err = ActorDiedError(text)
+        err.cause = cause  # type: ignore[attr-defined]
+        return values.encode_error(err)
+
+    def _fail(self, rec: ActorRecord, call: Call, error: m.Value | None = None) -> None:
+        value = error or rec.error or values.encode_error(
+            ActorDiedError(f"actor {rec.class_name!r} is dead"))
+        self._complete(call, [value] * max(call.msg.num_returns, 1))
+
+    def on_result(self, sender: str, msg: m.TaskResult) -> None:
+        rec = self._by_address.get(sender)
+        call = None if rec is None else rec.inflight.pop(msg.task_id, None)
+        if call is None:
+            return
+        if msg.borrowed:
+            self.client.objects.add_borrower(msg.borrowed, sender)
+        self._complete(call, msg.returns)
+
+    def _complete(self, call: Call, returns: list[m.Value]) -> None:
+        objects = self.client.objects
+        for i in range(max(call.msg.num_returns, 1)):
+            value = returns[i] if i < len(returns) else returns[0]
+            oid = IdGen.object_id(call.msg.task_id, i)
+            if objects.set_value(oid, value) is None and value.loc is not None:
+                self.client.loop.send(self.client.node_address, m.FreeObjects(object_ids=[oid]))
+        if call.release:
+            objects.remove_submitted(call.release)

@@ -1,0 +1,59 @@
+"""Packing call arguments: top-level refs become placeholders resolved before the call.
+
+Refs at the top level of args/kwargs are replaced by `ArgRef(i)` and their values sent
+alongside, so the callee gets values; refs nested in containers travel as refs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from zmesh.object_ref import ObjectRef
+from zmesh.protocol.messages.runtime import Args, Value
+from zmesh.runtime import context, values
+from zmesh import serializers as registry
+from zmesh.serializers import layout
+
+
+class ArgRef(NamedTuple):
+    """Placeholder for the value of the i-th top-level ref argument."""
+
+    index: int
+
+
+def pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]
+              ) -> tuple[bytes, list[ObjectRef], list[ObjectRef]]:
+    """(packed data, top-level refs, refs nested inside values)."""
+    if not args and not kwargs:
+        return b"", [], []
+    top: list[ObjectRef] = []
+
+    def swap(v: Any) -> Any:
+        if type(v) is ObjectRef:
+            top.append(v)
+            return ArgRef(len(top) - 1)
+        return v
+
+    a = tuple(swap(v) for v in args)
+    k = {key: swap(v) for key, v in kwargs.items()} if kwargs else {}
+    s, nested = values.serialize((a, k))
+    return values.pack(s), top, nested
+
+
+def unpack_args(packed: Args, read: values.Reader | None
+                ) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
+    """(args, kwargs, refs deserialized from the data); raises the error of a failed ref arg."""
+    if not packed.data:
+        return (), {}, []
+    with context.RefCollector() as collected:
+        raw = registry.deserialize(layout.unpack_from(memoryview(packed.data)), trusted=True)
+    a, k = raw
+    if packed.refs:
+        resolved = [_value(v, read) for v in packed.refs]
+        a = tuple(resolved[v.index] if type(v) is ArgRef else v for v in a)
+        k = {key: resolved[v.index] if type(v) is ArgRef else v for key, v in k.items()}
+    return a, k, collected.refs
+
+
+def _value(v: Value, read: values.Reader | None) -> Any:
+    return values.raise_if_error(v, values.decode(v, read))

@@ -1,0 +1,370 @@
+"""The core client every driver and worker runs: ownership, get/put/wait, talking to its node.
+
+User threads call in; the event loop thread owns the socket. Tasks and actor calls are
+handled by `TaskSubmitter` and `ActorCaller`, which this client wires to the loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from zmesh.errors import GetTimeoutError, ObjectLostError, OwnerDiedError, ZmeshError
+from zmesh.object_ref import ObjectRef
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime import values
+from zmesh.runtime.actor_calls import ActorCaller
+from zmesh.runtime.ids import IdGen
+from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.objects import ObjectEntry, ObjectTable
+from zmesh.runtime.submit import TaskSubmitter
+from zmesh.store.mapping import StoreMapper
+from zmesh.transports import open_endpoint
+
+logger = logging.getLogger(__name__)
+
+_REQUEST_REPLIES = (m.AllocReply, m.NamedActorReply, m.QueryReply)
+
+
+class CoreClient:
+    """One per process: the driver's or worker's link to the mesh."""
+
+    def __init__(self, node_address: str, session_dir: str, kind: str, *,
+                 job_id: str = "", log_to_driver: bool = True, worker_id: bytes | None = None,
+                 on_log: Callable[[m.LogLines], None] | None = None) -> None:
+        self.kind = kind
+        self.node_address = node_address
+        self.session_dir = session_dir
+        self.ids = IdGen(worker_id)
+        self.worker_id = self.ids.prefix
+        self.job_id = job_id
+        self.closed = False
+        sock = os.path.join(session_dir, f"{kind}-{os.getpid()}-{self.worker_id.hex()[:8]}.sock")
+        self.endpoint = open_endpoint(f"ipc://{sock}")
+        self.address = self.endpoint.address
+        self.loop = EventLoop(self.endpoint, kind)
+        self.objects = ObjectTable(self.address, self.loop.call_soon, self._on_free)
+        self.tasks = TaskSubmitter(self)
+        self.actors = ActorCaller(self)
+        self.mapper: StoreMapper | None = None
+        self.node_id = ""
+        self._map_lock = threading.Lock()
+        self._requests: dict[int, Future[Any]] = {}
+        self._request_ids = itertools.count(1)
+        self._registered: Future[m.ClientRegistered] = Future()
+        self._on_log = on_log
+        self._log_to_driver = log_to_driver
+        self.default_env: dict[str, str] = {}
+        self.placement_groups: dict[bytes, bytes] = {}
+        self.namespace = "default"
+        self.current_task_id: bytes = b""
+        self.current_actor_id: bytes = b""
+        self.blocked_hook: Callable[[bool], None] | None = None
+        loop = self.loop
+        loop.on(m.ClientRegistered, self._on_registered)
+        for reply in _REQUEST_REPLIES:
+            loop.on(reply, self._on_reply)
+        loop.on(m.GetObject, self._on_get_object)
+        loop.on(m.ObjectValue, self._on_object_value)
+        loop.on(m.AddBorrowers, lambda s, msg, b: self.objects.add_borrower(msg.object_ids, msg.borrower))
+        loop.on(m.RemoveBorrowers,
+                lambda s, msg, b: self.objects.remove_borrower(msg.object_ids, msg.borrower))
+        loop.on(m.LogLines, self._on_log_lines)
+        loop.on(m.DriverWarning, self._on_warning)
+        loop.on(m.Shutdown, lambda s, msg, b: self._on_node_shutdown(msg))
+        loop.on(m.PlacementGroupState, self._on_pg_state)
+        self.tasks.register(loop)
+        self.actors.register(loop)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def connect(self, timeout: float = 30.0) -> m.ClientRegistered:
+        """Register with the node and wait for its answer."""
+        self.loop.start_thread()
+        self.loop.send_threadsafe(self.node_address, m.RegisterClient(
+            address=self.address, kind=self.kind, pid=os.getpid(), worker_id=self.worker_id,
+            job_id=self.job_id, log_to_driver=self._log_to_driver))
+        try:
+            info = self._registered.result(timeout)
+        except TimeoutError:
+            raise ZmeshError(f"no answer from the zmesh node at {self.node_address} "
+                             f"within {timeout:.0f}s") from None
+        self.node_id = info.node_id
+        self.job_id = info.job_id
+        self.mapper = StoreMapper(info.store_dir)
+        return info
+
+    def _on_registered(self, sender: str, msg: m.ClientRegistered, bufs: list[Any]) -> None:
+        if not self._registered.done():
+            self._registered.set_result(msg)
+
+    def _on_node_shutdown(self, msg: m.Shutdown) -> None:
+        self.node_gone = True
+
+    def close(self) -> None:
+        """Stop the loop and close the socket; refs dropped afterwards are ignored."""
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.stop()
+        if self.loop.thread is not None and self.loop.thread is not threading.current_thread():
+            self.loop.thread.join(5)
+        self.endpoint.close()
+        if self.mapper is not None:
+            self.mapper.close()
+
+    # -- node requests ---------------------------------------------------------------------
+    def request(self, make: Callable[[int], Any], timeout: float | None = 30.0) -> Any:
+        """Send a request built with a fresh request id to the node; wait for its reply."""
+        rid = next(self._request_ids)
+        fut: Future[Any] = Future()
+        self._requests[rid] = fut
+        self.loop.send_threadsafe(self.node_address, make(rid))
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            raise ZmeshError(f"the zmesh node did not answer within {timeout}s") from None
+        finally:
+            self._requests.pop(rid, None)
+
+    def _on_reply(self, sender: str, msg: Any, bufs: list[Any]) -> None:
+        fut = self._requests.get(msg.request_id)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    def query(self, what: str, arg: bytes = b"") -> Any:
+        """Ask the node for state (resources, nodes, ...); returns the decoded answer."""
+        import msgspec
+
+        reply = self.request(lambda rid: m.Query(request_id=rid, what=what, arg=arg))
+        if reply.error:
+            raise ZmeshError(reply.error)
+        return msgspec.msgpack.decode(reply.data)
+
+    # -- the store -------------------------------------------------------------------------
+    def allocate(self, object_id: bytes, size: int) -> tuple[m.StoreLoc, memoryview]:
+        reply = self.request(lambda rid: m.AllocObject(request_id=rid, object_id=object_id,
+                                                       size=size, owner=self.address))
+        if reply.error or reply.loc is None:
+            err = values.decode(m.Value(data=reply.error, is_error=True), None)
+            raise err if isinstance(err, BaseException) else ZmeshError(str(err))
+        assert self.mapper is not None
+        with self._map_lock:
+            return reply.loc, self.mapper.writable(_loc(reply.loc))
+
+    def seal(self, object_id: bytes) -> None:
+        self.loop.send_threadsafe(self.node_address, m.SealObject(object_id=object_id))
+
+    def read(self, loc: m.StoreLoc) -> memoryview:
+        """Pin a stored object for this process and map it read-only; unpinned when unused."""
+        oid = loc.object_id
+        reply = self.request(lambda rid: m.PinObject(request_id=rid, object_id=oid,
+                                                     client=self.address))
+        if reply.error or reply.loc is None:
+            err = values.decode(m.Value(data=reply.error, is_error=True), None)
+            raise err if isinstance(err, BaseException) else ZmeshError(str(err))
+        assert self.mapper is not None
+
+        def unpin() -> None:
+            if not self.closed:
+                self.loop.send_threadsafe(self.node_address,
+                                          m.UnpinObject(object_id=oid, client=self.address))
+
+        with self._map_lock:
+            return self.mapper.readable(_loc(reply.loc), unpin)
+
+    def encode(self, obj: Any, object_id: bytes) -> tuple[m.Value, list[ObjectRef]]:
+        return values.encode(obj, object_id, allocate=self.allocate, seal=self.seal)
+
+    # -- objects ---------------------------------------------------------------------------
+    def make_refs(self, task_id: bytes, n: int) -> list[ObjectRef]:
+        """Refs owned by this process for the returns of a task it submits."""
+        addr = self.address
+        return [ObjectRef(IdGen.object_id(task_id, i), addr, self) for i in range(max(n, 1))]
+
+    def get_named_actor(self, name: str, namespace: str) -> Any:
+        """An ActorHandle for a live named actor, or None."""
+        from zmesh.actor import ActorHandle
+
+        reply = self.request(lambda rid: m.GetNamedActor(request_id=rid, name=name,
+                                                         namespace=namespace))
+        if not reply.found:
+            return None
+        return ActorHandle(reply.actor_id, reply.class_name, {})
+
+    def put(self, obj: Any) -> ObjectRef:
+        """Store a value owned by this process and return a ref to it."""
+        if isinstance(obj, ObjectRef):
+            raise TypeError("put() of an ObjectRef is not allowed; pass the ref itself")
+        object_id = IdGen.object_id(self.ids.task_id(), 0)
+        value, refs = self.encode(obj, object_id)
+        ref = ObjectRef(object_id, self.address, self)
+        if refs:
+            self.objects.add_submitted([r.id for r in refs])
+        self.objects.set_value(object_id, value)
+        return ref
+
+    def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        """Values of refs, in order; raises the first error, or GetTimeoutError."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        vals = self._wait_values(refs, deadline)
+        out = []
+        for v in vals:
+            obj = values.decode(v, self.read)
+            out.append(values.raise_if_error(v, obj))
+        return out
+
+    def _wait_values(self, refs: Sequence[ObjectRef], deadline: float | None) -> list[m.Value]:
+        table = self.objects
+        entries = table.entries
+        result: list[m.Value | None] = []
+        missing = []
+        for i, ref in enumerate(refs):
+            entry = entries.get(ref.id)
+            v = None if entry is None else entry.value
+            result.append(v)
+            if v is None:
+                missing.append(i)
+        if missing:
+            self._request_borrowed([refs[i] for i in missing])
+            blocked = False
+            try:
+                with table.ready:
+                    for i in missing:
+                        oid = refs[i].id
+                        while True:
+                            entry = entries.get(oid)
+                            if entry is None:
+                                raise ObjectLostError(f"object {oid.hex()} is no longer referenced")
+                            if entry.value is not None:
+                                result[i] = entry.value
+                                break
+                            if not blocked and self.blocked_hook is not None:
+                                blocked = True
+                                self.blocked_hook(True)
+                            left = None if deadline is None else deadline - time.monotonic()
+                            if left is not None and left <= 0:
+                                raise GetTimeoutError(self._timeout_message(refs[i]))
+                            table.ready.wait(left)
+            finally:
+                if blocked and self.blocked_hook is not None:
+                    self.blocked_hook(False)
+        return result  # type: ignore[return-value]
+
+    def _timeout_message(self, ref: ObjectRef) -> str:
+        why = self.tasks.pending_reason(ref.task_id())
+        base = f"get timed out waiting for {ref!r}"
+        return f"{base}: {why}" if why else base
+
+    def _request_borrowed(self, refs: Sequence[ObjectRef]) -> None:
+        todo = []
+        with self.objects.lock:
+            for ref in refs:
+                entry = self.objects.entries.get(ref.id)
+                if entry is not None and not entry.owned and not entry.requested:
+                    entry.requested = True
+                    todo.append(ref)
+        for ref in todo:
+            self.loop.send_threadsafe(ref.owner, m.GetObject(object_id=ref.id,
+                                                             requester=self.address))
+
+    def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None
+             ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        """Split refs into (ready, not ready) once num_returns are ready or time runs out."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._request_borrowed(refs)
+        table = self.objects
+        with table.ready:
+            while True:
+                ready = [r for r in refs if table.value_of(r.id) is not None]
+                if len(ready) >= num_returns:
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                table.ready.wait(left)
+        ready_set = set()
+        out_ready = []
+        for r in refs:
+            if len(out_ready) < num_returns and table.value_of(r.id) is not None:
+                out_ready.append(r)
+                ready_set.add(id(r))
+        return out_ready, [r for r in refs if id(r) not in ready_set]
+
+    def future_of(self, ref: ObjectRef) -> Future[Any]:
+        fut: Future[Any] = Future()
+
+        def done(value: m.Value) -> None:
+            try:
+                fut.set_result(values.raise_if_error(value, values.decode(value, self.read)))
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+        self._request_borrowed([ref])
+        if not self.objects.when_ready(ref.id, done):
+            fut.set_exception(ObjectLostError(f"{ref!r} is no longer referenced"))
+        return fut
+
+    # -- serving objects we own ------------------------------------------------------------
+    def _on_get_object(self, sender: str, msg: m.GetObject, bufs: list[Any]) -> None:
+        def reply(value: m.Value) -> None:
+            self.loop.send(msg.requester, m.ObjectValue(object_id=msg.object_id, value=value))
+
+        if not self.objects.when_ready(msg.object_id, reply):
+            reply(values.encode_error(ObjectLostError(
+                f"object {msg.object_id.hex()} was freed: its owner {self.address} holds no "
+                "reference to it")))
+
+    def _on_object_value(self, sender: str, msg: m.ObjectValue, bufs: list[Any]) -> None:
+        self.objects.set_value(msg.object_id, msg.value)
+
+    def owner_died(self, owner: str) -> None:
+        """Fail every borrowed object of a dead owner (loop thread)."""
+        err = values.encode_error(OwnerDiedError(f"the owner {owner} of this object died"))
+        for oid, entry in list(self.objects.entries.items()):
+            if not entry.owned and entry.owner == owner:
+                self.objects.set_value(oid, err)
+
+    def _on_free(self, object_id: bytes, entry: ObjectEntry) -> None:
+        if not entry.owned:
+            # the owner ignores a borrower it never registered, so this is always safe
+            self.loop.send(entry.owner, m.RemoveBorrowers(object_ids=[object_id],
+                                                          borrower=self.address))
+            return
+        value = entry.value
+        if value is not None and value.loc is not None:
+            self.loop.send(self.node_address, m.FreeObjects(object_ids=[object_id]))
+        self.tasks.forget_returns(object_id)
+
+    def _on_pg_state(self, sender: str, msg: m.PlacementGroupState, bufs: list[Any]) -> None:
+        from zmesh.util.placement_group import on_state
+
+        on_state(self, msg)
+
+    def _on_warning(self, sender: str, msg: m.DriverWarning, bufs: list[Any]) -> None:
+        if msg.subject:
+            self.tasks.pending_reasons[msg.subject] = msg.text
+            self.actors.pending_reasons[msg.subject] = msg.text
+        print(f"zmesh warning: {msg.text}", file=sys.stderr, flush=True)
+
+    # -- logs ------------------------------------------------------------------------------
+    def _on_log_lines(self, sender: str, msg: m.LogLines, bufs: list[Any]) -> None:
+        if self._on_log is not None:
+            self._on_log(msg)
+            return
+        stream = sys.stderr if msg.stderr else sys.stdout
+        for line in msg.lines:
+            stream.write(f"{msg.prefix} {line}\n")
+        stream.flush()
+
+
+def _loc(loc: m.StoreLoc) -> Any:
+    from zmesh.store.arena import Location
+
+    return Location(segment=loc.segment, offset=loc.offset, size=loc.size)

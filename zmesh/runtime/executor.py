@@ -1,0 +1,261 @@
+"""Running user code in a worker: tasks, actor construction and actor method calls.
+
+The loop thread hands work over a queue; user code runs on the executor thread (or a thread
+pool for threaded actors, or an asyncio loop for async actors), so the loop keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import os
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from zmesh.core.mailbox import Mailbox
+from zmesh.errors import TaskCancelledError
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime import logs, values
+from zmesh.runtime.args import unpack_args
+from zmesh.runtime.ids import IdGen
+from zmesh.task_error import capture
+
+if TYPE_CHECKING:
+    from zmesh.runtime.client import CoreClient
+
+
+class Executor:
+    """Executes what the loop receives; one per worker process."""
+
+    def __init__(self, client: CoreClient) -> None:
+        self.client = client
+        self.pid = os.getpid()
+        self.functions: dict[bytes, Any] = {}
+        self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.mailbox: Mailbox[m.ActorCall] = Mailbox()
+        self.instance: Any = None
+        self.actor: m.CreateActor | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.aio: asyncio.AbstractEventLoop | None = None
+        self.aio_sem: asyncio.Semaphore | None = None
+        self.running: bytes = b""
+        self.cancelled: set[bytes] = set()
+        self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
+        loop = client.loop
+        loop.on(m.ExecuteTask, lambda s, msg, b: self.work.put(msg))
+        loop.on(m.CreateActor, lambda s, msg, b: self.work.put(msg))
+        loop.on(m.ActorCall, self._on_call)
+        loop.on(m.CancelTask, self._on_cancel)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    # -- loop thread -----------------------------------------------------------------------
+    def _on_call(self, sender: str, msg: m.ActorCall, bufs: list[Any]) -> None:
+        for call in self.mailbox.deliver(msg.caller, msg.seq, msg):
+            if self.aio is not None:
+                self.aio.call_soon_threadsafe(self._start_async_call, call)
+            elif self.pool is not None:
+                self.pool.submit(self._call, call)
+            else:
+                self.work.put(call)
+
+    def _on_cancel(self, sender: str, msg: m.CancelTask, bufs: list[Any]) -> None:
+        if msg.force:
+            os._exit(1)
+        self.cancelled.add(msg.task_id)
+        if self.running == msg.task_id and self.thread.ident is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.thread.ident), ctypes.py_object(TaskCancelledError))
+
+    # -- executor thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self.work.get()
+            try:
+                if isinstance(item, m.ExecuteTask):
+                    self._task(item)
+                elif isinstance(item, m.ActorCall):
+                    self._call(item)
+                elif isinstance(item, m.CreateActor):
+                    self._create_actor(item)
+            except TaskCancelledError:
+                pass  # the cancel landed after the task finished
+
+    def _function(self, fn_id: bytes, blob: bytes) -> Any:
+        fn = self.functions.get(fn_id)
+        if fn is None:
+            if not blob:
+                blob = self.client.query("function", fn_id)
+            fn = self.functions[fn_id] = cloudpickle.loads(blob)
+        return fn
+
+    def _task(self, msg: m.ExecuteTask) -> None:
+        client = self.client
+        n = max(msg.num_returns, 1)
+        if msg.task_id in self.cancelled:
+            self._reply(msg.owner, msg.task_id, [_cancelled(msg.name)] * n, [])
+            return
+        saved_env = _apply_env(msg.env_vars)
+        logs.set_prefix(f"({msg.name} pid={self.pid})")
+        client.current_task_id = msg.task_id
+        self.running = msg.task_id
+        refs: list[Any] = []
+        try:
+            fn = self._function(msg.fn_id, msg.fn_blob)
+            args, kwargs, refs = unpack_args(msg.args, client.read)
+            result = fn(*args, **kwargs)
+            del args, kwargs
+            self.running = b""
+            returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name)
+        except BaseException as exc:  # noqa: BLE001 - user code may raise anything
+            self.running = b""
+            returns = [_error(msg.name, exc, self.pid)] * n
+        finally:
+            _restore_env(saved_env)
+            client.current_task_id = b""
+        self._reply(msg.owner, msg.task_id, returns, refs)
+
+    def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str
+                        ) -> list[m.Value]:
+        if num_returns == 1:
+            items = [result]
+        elif num_returns == 0:
+            items = [None]
+        else:
+            items = list(result)
+            if len(items) != num_returns:
+                raise ValueError(f"{name} returned {len(items)} values; num_returns={num_returns}")
+        out = []
+        for i, item in enumerate(items):
+            value, nested = self.client.encode(item, IdGen.object_id(task_id, i))
+            if nested:
+                self.client.objects.mark_escaped([r.id for r in nested if r.owner ==
+                                                  self.client.address])
+            out.append(value)
+        return out
+
+    def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any]) -> None:
+        borrowed: list[bytes] = []
+        if refs:
+            ids = {r.id for r in refs if r.owner != self.client.address}
+            refs.clear()
+            entries = self.client.objects.entries
+            borrowed = [oid for oid in ids if oid in entries and entries[oid].local > 0]
+        self.client.loop.send_threadsafe(owner, m.TaskResult(task_id=task_id, returns=returns,
+                                                             borrowed=borrowed))
+
+    # -- actors ----------------------------------------------------------------------------
+    def _create_actor(self, spec: m.CreateActor) -> None:
+        client = self.client
+        client.current_actor_id = spec.actor_id
+        _apply_env(spec.env_vars)
+        logs.set_prefix(f"({spec.class_name} pid={self.pid})")
+        try:
+            cls = self._function(spec.fn_id, spec.fn_blob)
+            args, kwargs, _ = unpack_args(spec.args, client.read)
+            self.instance = cls(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001
+            err = _error(f"{spec.class_name}.__init__", exc, self.pid)
+            client.loop.send_threadsafe(client.node_address, m.ActorState(
+                actor_id=spec.actor_id, state="dead", error=err.data,
+                reason=f"{spec.class_name}.__init__ raised {type(exc).__name__}: {exc}",
+                class_name=spec.class_name))
+            return
+        self.actor = spec
+        if spec.is_async:
+            self._start_asyncio(spec.max_concurrency)
+        elif spec.max_concurrency > 1:
+            self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="zmesh-actor")
+        client.loop.send_threadsafe(client.node_address, m.ActorState(
+            actor_id=spec.actor_id, state="alive", address=client.address,
+            class_name=spec.class_name, restarts=spec.restarts))
+
+    def _invoke(self, call: m.ActorCall) -> tuple[Any, list[Any]]:
+        args, kwargs, refs = unpack_args(call.args, self.client.read)
+        method = getattr(self.instance, call.method)
+        return method(*args, **kwargs), refs
+
+    def _call(self, call: m.ActorCall) -> None:
+        name = self._method_name(call)
+        refs: list[Any] = []
+        self.running = call.task_id
+        try:
+            result, refs = self._invoke(call)
+            self.running = b""
+            returns = self._encode_returns(call.task_id, result, call.num_returns, name)
+        except BaseException as exc:  # noqa: BLE001
+            self.running = b""
+            returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
+        self._reply(call.caller, call.task_id, returns, refs)
+
+    def _method_name(self, call: m.ActorCall) -> str:
+        cls = self.actor.class_name if self.actor is not None else "actor"
+        return f"{cls}.{call.method}"
+
+    def _start_asyncio(self, max_concurrency: int) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self.aio = loop
+            self.aio_sem = asyncio.Semaphore(max_concurrency)
+            ready.set()
+            loop.run_forever()
+
+        threading.Thread(target=run, name="zmesh-asyncio", daemon=True).start()
+        ready.wait()
+
+    def _start_async_call(self, call: m.ActorCall) -> None:
+        assert self.aio is not None
+        self.aio.create_task(self._async_call(call))
+
+    async def _async_call(self, call: m.ActorCall) -> None:
+        assert self.aio_sem is not None
+        name = self._method_name(call)
+        refs: list[Any] = []
+        async with self.aio_sem:
+            try:
+                args, kwargs, refs = unpack_args(call.args, self.client.read)
+                method = getattr(self.instance, call.method)
+                if inspect.iscoroutinefunction(method):
+                    result = await method(*args, **kwargs)
+                else:
+                    result = await asyncio.get_running_loop().run_in_executor(
+                        None, lambda: method(*args, **kwargs))
+                returns = self._encode_returns(call.task_id, result, call.num_returns, name)
+            except BaseException as exc:  # noqa: BLE001
+                returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
+        self._reply(call.caller, call.task_id, returns, refs)
+
+
+def _error(name: str, exc: BaseException, pid: int) -> m.Value:
+    if isinstance(exc, TaskCancelledError):
+        return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
+    return values.encode_error(capture(name, exc, pid))
+
+
+def _cancelled(name: str) -> m.Value:
+    return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
+
+
+def _apply_env(env: dict[str, str]) -> dict[str, str | None]:
+    saved = {}
+    for k, v in env.items():
+        saved[k] = os.environ.get(k)
+        os.environ[k] = v
+    return saved
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -1,0 +1,26 @@
+"""Ids: every process mints task ids from its own random prefix, so ids never collide."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+
+class IdGen:
+    """Task ids are an 8-byte process prefix plus a counter; object ids add a return index."""
+
+    def __init__(self, prefix: bytes | None = None) -> None:
+        self.prefix = prefix or os.urandom(8)
+        self._counter = itertools.count(1)
+
+    def task_id(self) -> bytes:
+        return self.prefix + next(self._counter).to_bytes(8, "little")
+
+    @staticmethod
+    def object_id(task_id: bytes, index: int) -> bytes:
+        return task_id + index.to_bytes(4, "little")
+
+
+def random_id(n: int = 16) -> bytes:
+    """A fresh random id (actors, placement groups, leases)."""
+    return os.urandom(n)

@@ -1,0 +1,59 @@
+"""Starting a private node for `zmesh.init()`: a child process that dies with the driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from zmesh.errors import ZmeshError
+
+
+def session_root() -> str:
+    """A private directory for ipc sockets (mode 0700), one per user."""
+    root = os.path.join(tempfile.gettempdir(), f"zmesh-{os.getuid()}")
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
+    return root
+
+
+def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
+               object_store_memory: int, env_vars: dict[str, str] | None = None
+               ) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start a node process; returns (process, node address, session dir) once it is bound."""
+    session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
+    env = dict(os.environ)
+    env.update(env_vars or {})
+    cmd = [sys.executable, "-m", "zmesh.runtime.node", "--session-dir", session_dir,
+           "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus),
+           "--resources", json.dumps(resources), "--object-store-memory",
+           str(object_store_memory), "--parent-pid", str(os.getpid())]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if not line.startswith("ZMESH-NODE-READY"):
+        proc.kill()
+        proc.wait()
+        raise ZmeshError(f"the zmesh node failed to start (exit code {proc.poll()}): {line!r}")
+    proc.stdout.close()
+    _, address, _node_id = line.split()
+    return proc, address, session_dir
+
+
+def stop_node(proc: subprocess.Popen[bytes], session_dir: str, timeout: float = 10.0) -> None:
+    """Ask the node to exit (SIGTERM), wait, and remove the session directory."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    try:
+        for name in os.listdir(session_dir):
+            os.unlink(os.path.join(session_dir, name))
+        os.rmdir(session_dir)
+    except OSError:
+        pass

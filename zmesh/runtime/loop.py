@@ -1,0 +1,148 @@
+"""The event loop each process runs: one thread owns the endpoint, timers and handlers.
+
+Other threads (user code, executors) never touch sockets: they hand work to the loop with
+`call_soon`, which wakes it only when it is asleep in `recv`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from zmesh.errors import TransportError
+from zmesh.protocol import codec
+from zmesh.protocol.messages.base import Message
+from zmesh.transports.base import Endpoint
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[str, Any, list[Any]], None]
+
+
+class EventLoop:
+    """Dispatches inbound messages by type, runs timers and calls posted from other threads."""
+
+    def __init__(self, endpoint: Endpoint, name: str) -> None:
+        self.endpoint = endpoint
+        self.address = endpoint.address
+        self.name = name
+        self._handlers: dict[type, Handler] = {}
+        self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._timers: list[tuple[float, int, Callable[[], Any]]] = []
+        self._timer_seq = itertools.count()
+        self._sleeping = False
+        self._stopping = False
+        self.thread: threading.Thread | None = None
+
+    # -- registration ----------------------------------------------------------------------
+    def on(self, msg_type: type[Message], handler: Handler) -> None:
+        """Call `handler(sender, message, buffers)` for every inbound message of this type."""
+        self._handlers[msg_type] = handler
+
+    # -- posting work ----------------------------------------------------------------------
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` on the loop thread; safe from any thread."""
+        self._calls.append((fn, args))
+        if self._sleeping:
+            self.endpoint.wake()
+
+    def call_later(self, delay: float, fn: Callable[[], Any]) -> None:
+        """Run `fn()` on the loop thread after `delay` seconds (loop thread only)."""
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), fn))
+
+    def send(self, to: str, msg: Message, buffers: Sequence[Any] = ()) -> bool:
+        """Send a message (loop thread only); False, logged, when the peer cannot be reached."""
+        try:
+            self.endpoint.send(to, codec.pack(msg, buffers) if buffers else [codec.encode(msg)])
+            return True
+        except TransportError as exc:
+            logger.debug("%s: cannot send %s to %s: %s", self.name, type(msg).__name__, to, exc)
+            return False
+
+    def send_threadsafe(self, to: str, msg: Message) -> None:
+        """Encode here, send from the loop thread."""
+        frame = codec.encode(msg)
+        self.call_soon(self._send_frames, to, [frame])
+
+    def _send_frames(self, to: str, frames: list[Any]) -> None:
+        try:
+            self.endpoint.send(to, frames)
+        except TransportError as exc:
+            logger.debug("%s: cannot send to %s: %s", self.name, to, exc)
+
+    # -- running ---------------------------------------------------------------------------
+    def start_thread(self) -> None:
+        """Run the loop on a daemon thread of its own."""
+        self.thread = threading.Thread(target=self.run, name=f"zmesh-{self.name}", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Ask the loop to return from `run` soon; safe from any thread."""
+        self._stopping = True
+        try:
+            self.endpoint.wake()
+        except TransportError:
+            pass
+
+    def run(self) -> None:
+        """Serve until `stop`; a handler that raises is logged and the loop goes on."""
+        calls = self._calls
+        timers = self._timers
+        endpoint = self.endpoint
+        while not self._stopping:
+            while calls:
+                fn, args = calls.popleft()
+                self._guard(fn, args)
+            timeout: float | None = None
+            if timers:
+                now = time.monotonic()
+                while timers and timers[0][0] <= now:
+                    _, _, fn = heapq.heappop(timers)
+                    self._guard(fn, ())
+                if timers:
+                    timeout = max(0.0, timers[0][0] - time.monotonic())
+            if calls or self._stopping:
+                continue
+            self._sleeping = True
+            if calls:
+                self._sleeping = False
+                continue
+            try:
+                item = endpoint.recv(timeout)
+            except TransportError:
+                break
+            finally:
+                self._sleeping = False
+            while item is not None:
+                self._dispatch(*item)
+                try:
+                    item = endpoint.recv(0)
+                except TransportError:
+                    return
+
+    def _dispatch(self, sender: str, frames: list[Any]) -> None:
+        unpacked = codec.safe_unpack(frames, sender=sender, log=logger)
+        if unpacked is None:
+            return
+        msg, buffers = unpacked
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            logger.warning("%s: no handler for %s from %s; dropped", self.name,
+                           type(msg).__name__, sender)
+            return
+        try:
+            handler(sender, msg, buffers)
+        except Exception:
+            logger.exception("%s: handler for %s failed", self.name, type(msg).__name__)
+
+    def _guard(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            logger.exception("%s: callback %r failed", self.name, fn)

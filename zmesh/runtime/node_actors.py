@@ -1,0 +1,314 @@
+"""The node's actors and placement groups: placement, start, restart, death, names.
+
+The node places an actor with the scheduler, hands it a pre-started worker, and tells the
+owner and every subscriber of each state change (alive at an address, restarting, dead and
+why). Placement groups are reserved through the same scheduler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from zmesh.core.scheduling import (
+    Dispatch,
+    Failed,
+    PGInfeasible,
+    PGPending,
+    PGReady,
+    PGRemoved,
+    Request,
+)
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime import values
+from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.strategies import decode_strategy
+
+if TYPE_CHECKING:
+    from zmesh.runtime.node import Node
+    from zmesh.runtime.worker_pool import WorkerInfo
+
+
+@dataclass(eq=False)
+class ActorEntry:
+    spec: m.CreateActor
+    state: str = "pending"
+    worker: WorkerInfo | None = None
+    address: str = ""
+    subscribers: set[str] = field(default_factory=set)
+    restarts: int = 0
+    no_restart: bool = False
+    error: bytes = b""
+    reason: str = ""
+
+
+@dataclass(eq=False)
+class GroupEntry:
+    pg_id: str
+    bundles: list[dict[str, float]]
+    strategy: str
+    name: str
+    owner: str
+    state: str = "pending"
+    reason: str = ""
+
+
+class ActorManager:
+    """Actor and placement-group bookkeeping for one node (loop thread only)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.actors: dict[bytes, ActorEntry] = {}
+        self.named: dict[tuple[str, str], bytes] = {}
+        self.groups: dict[str, GroupEntry] = {}
+        self.waiting_for_worker: list[Any] = []
+
+    def register(self, loop: EventLoop) -> None:
+        loop.on(m.CreateActor, self._on_create)
+        loop.on(m.ActorState, self._on_state_from_worker)
+        loop.on(m.KillActor, self._on_kill)
+        loop.on(m.SubscribeActor, self._on_subscribe)
+        loop.on(m.GetNamedActor, self._on_get_named)
+        loop.on(m.CreatePlacementGroup, self._on_create_pg)
+        loop.on(m.RemovePlacementGroup, lambda s, msg, b: self._remove_pg(msg.pg_id))
+
+    # -- creation --------------------------------------------------------------------------
+    def _on_create(self, sender: str, spec: m.CreateActor, bufs: list[Any]) -> None:
+        entry = ActorEntry(spec, subscribers={spec.owner})
+        self.actors[spec.actor_id] = entry
+        if spec.name:
+            key = (spec.namespace, spec.name)
+            other = self.actors.get(self.named.get(key, b""))
+            if other is not None and other.state != "dead":
+                self._set_state(entry, "dead", reason=f"the name {spec.name!r} is already taken "
+                                f"in namespace {spec.namespace!r}")
+                return
+            self.named[key] = spec.actor_id
+        self._schedule(entry)
+
+    def _schedule(self, entry: ActorEntry) -> None:
+        spec = entry.spec
+        try:
+            req = Request(spec.actor_id, "actor", spec.resources or None,
+                          placement_resources=spec.placement or None,
+                          strategy=decode_strategy(spec.strategy), name=spec.class_name)
+            decisions = self.node.scheduler.submit(req)
+        except Exception as exc:
+            self._set_state(entry, "dead", reason=f"it cannot be scheduled: {exc}")
+            return
+        self.node.apply(decisions)
+
+    def on_dispatch(self, d: Dispatch) -> None:
+        entry = self.actors.get(d.work_id)
+        if entry is None or entry.state == "dead":
+            self.node.apply(self.node.scheduler.finish(d.work_id))
+            return
+        gpu_ids = list(d.gpu_ids)
+        self.node.take_idle_worker(lambda info: self._start(entry, info, gpu_ids))
+
+    def take_worker(self, info: WorkerInfo) -> None:
+        waiter = self.waiting_for_worker.pop(0)
+        waiter(info)
+
+    def _start(self, entry: ActorEntry, info: WorkerInfo, gpu_ids: list[int]) -> None:
+        if entry.state == "dead":
+            self.node._give_idle(info)
+            return
+        info.state = "actor"
+        info.actor_id = entry.spec.actor_id
+        entry.worker = info
+        spec = entry.spec
+        env = dict(spec.env_vars)
+        if "GPU" in spec.resources or gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+        blob = spec.fn_blob or self.node.functions.get(spec.fn_id, b"")
+        self.node.loop.send(info.address, m.CreateActor(
+            actor_id=spec.actor_id, owner=spec.owner, fn_id=spec.fn_id,
+            class_name=spec.class_name, args=spec.args, resources=spec.resources,
+            placement=spec.placement, name=spec.name, namespace=spec.namespace,
+            detached=spec.detached, max_restarts=spec.max_restarts,
+            max_concurrency=spec.max_concurrency, is_async=spec.is_async, env_vars=env,
+            fn_blob=blob, gpu_ids=gpu_ids, restarts=entry.restarts))
+
+    def _on_state_from_worker(self, sender: str, msg: m.ActorState, bufs: list[Any]) -> None:
+        entry = self.actors.get(msg.actor_id)
+        if entry is None:
+            return
+        if msg.state == "alive":
+            self._set_state(entry, "alive", address=msg.address)
+        else:  # __init__ raised: dead for good, and its worker goes too
+            entry.no_restart = True
+            entry.error = msg.error
+            self._set_state(entry, "dead", reason=msg.reason, error=msg.error)
+            self._release(entry)
+            if entry.worker is not None:
+                self.node.pool.kill(entry.worker)
+
+    def _set_state(self, entry: ActorEntry, state: str, *, address: str = "", reason: str = "",
+                   error: bytes = b"") -> None:
+        entry.state = state
+        entry.address = address
+        entry.reason = reason or entry.reason
+        msg = m.ActorState(actor_id=entry.spec.actor_id, state=state, address=address,
+                           error=error or entry.error, reason=entry.reason,
+                           class_name=entry.spec.class_name, restarts=entry.restarts)
+        for sub in entry.subscribers:
+            self.node.loop.send(sub, msg)
+        if state == "dead" and entry.spec.name:
+            key = (entry.spec.namespace, entry.spec.name)
+            if self.named.get(key) == entry.spec.actor_id:
+                del self.named[key]
+
+    def _release(self, entry: ActorEntry) -> None:
+        self.node.apply(self.node.scheduler.finish(entry.spec.actor_id))
+
+    # -- death and restarts ----------------------------------------------------------------
+    def _on_kill(self, sender: str, msg: m.KillActor, bufs: list[Any]) -> None:
+        entry = self.actors.get(msg.actor_id)
+        if entry is None or entry.state == "dead":
+            return
+        entry.no_restart = entry.no_restart or msg.no_restart
+        entry.reason = "it was killed by zmesh.kill()"
+        if entry.worker is not None:
+            self.node.pool.kill(entry.worker)
+        else:
+            self._set_state(entry, "dead")
+            self.node.apply(self.node.scheduler.cancel(entry.spec.actor_id))
+
+    def worker_died(self, info: WorkerInfo, reason: str) -> None:
+        entry = self.actors.get(info.actor_id)
+        self.owner_died(info.address)
+        if entry is None or entry.state == "dead":
+            return
+        entry.worker = None
+        self._release(entry)
+        if not entry.reason.startswith("it was killed"):
+            entry.reason = reason
+        limit = entry.spec.max_restarts
+        if not entry.no_restart and (limit < 0 or entry.restarts < limit) and not self.node.stopping:
+            entry.restarts += 1
+            self._set_state(entry, "restarting")
+            self._schedule(entry)
+        else:
+            self._set_state(entry, "dead")
+
+    def owner_died(self, owner: str) -> None:
+        """Actors die with their owner unless detached."""
+        for entry in list(self.actors.values()):
+            if entry.spec.owner == owner and not entry.spec.detached and entry.state != "dead":
+                entry.no_restart = True
+                entry.reason = "its owner died"
+                if entry.worker is not None:
+                    self.node.pool.kill(entry.worker)
+                else:
+                    self._set_state(entry, "dead")
+                    self.node.apply(self.node.scheduler.cancel(entry.spec.actor_id))
+            entry.subscribers.discard(owner)
+
+    def on_failed(self, d: Failed) -> None:
+        entry = self.actors.get(d.work_id)
+        if entry is not None:
+            self._set_state(entry, "dead", reason=str(d.error))
+
+    def owner_of(self, work_id: bytes) -> str | None:
+        entry = self.actors.get(work_id)
+        return entry.spec.owner if entry is not None else None
+
+    def name_of(self, work_id: bytes) -> str:
+        entry = self.actors.get(work_id)
+        return f"actor {entry.spec.class_name}" if entry is not None else "work"
+
+    # -- lookups ---------------------------------------------------------------------------
+    def _on_subscribe(self, sender: str, msg: m.SubscribeActor, bufs: list[Any]) -> None:
+        entry = self.actors.get(msg.actor_id)
+        if entry is None:
+            self.node.loop.send(msg.subscriber, m.ActorState(
+                actor_id=msg.actor_id, state="dead", reason="no node knows this actor"))
+            return
+        entry.subscribers.add(msg.subscriber)
+        self.node.loop.send(msg.subscriber, m.ActorState(
+            actor_id=msg.actor_id, state=entry.state, address=entry.address, error=entry.error,
+            reason=entry.reason, class_name=entry.spec.class_name, restarts=entry.restarts))
+
+    def _on_get_named(self, sender: str, msg: m.GetNamedActor, bufs: list[Any]) -> None:
+        entry = self.actors.get(self.named.get((msg.namespace, msg.name), b""))
+        if entry is None or entry.state == "dead":
+            self.node.loop.send(sender, m.NamedActorReply(request_id=msg.request_id, found=False))
+            return
+        self.node.loop.send(sender, m.NamedActorReply(
+            request_id=msg.request_id, found=True, actor_id=entry.spec.actor_id,
+            class_name=entry.spec.class_name, address=entry.address, state=entry.state,
+            fn_id=entry.spec.fn_id, is_async=entry.spec.is_async))
+
+    # -- placement groups ------------------------------------------------------------------
+    def _on_create_pg(self, sender: str, msg: m.CreatePlacementGroup, bufs: list[Any]) -> None:
+        pg_id = msg.pg_id.hex()
+        self.groups[pg_id] = GroupEntry(pg_id, msg.bundles, msg.strategy, msg.name, msg.owner)
+        try:
+            decisions = self.node.scheduler.create_placement_group(pg_id, msg.bundles,
+                                                                   msg.strategy, msg.name)
+        except Exception as exc:
+            self._pg_state(self.groups[pg_id], "failed", str(exc))
+            return
+        self.node.apply(decisions)
+
+    def on_decision(self, d: Any) -> None:
+        if isinstance(d, PGReady):
+            group = self.groups.get(d.pg_id)
+            if group is not None:
+                self._pg_state(group, "ready", "")
+        elif isinstance(d, PGPending | PGInfeasible):
+            group = self.groups.get(d.pg_id)
+            if group is not None and group.reason != d.reason:
+                self._pg_state(group, "pending", d.reason)
+                if isinstance(d, PGInfeasible):
+                    self.node.warn(group.owner, f"placement group {group.name or d.pg_id}",
+                                   f"placement group {group.name or d.pg_id!r} cannot be "
+                                   f"placed: {d.reason}")
+        elif isinstance(d, PGRemoved):
+            for wid in d.affected_work_ids:
+                self._evict(wid)
+
+    def _evict(self, work_id: bytes) -> None:
+        entry = self.actors.get(work_id)
+        if entry is not None:
+            entry.no_restart = True
+            entry.reason = "its placement group was removed"
+            if entry.worker is not None:
+                self.node.pool.kill(entry.worker)
+            return
+        lease = self.node.leases.get(work_id)
+        if lease is not None and lease.worker is not None:
+            lease.holds = False
+            self.node.pool.kill(lease.worker)
+
+    def _pg_state(self, group: GroupEntry, state: str, reason: str) -> None:
+        group.state = state
+        group.reason = reason
+        if group.owner:
+            self.node.loop.send(group.owner, m.PlacementGroupState(
+                pg_id=bytes.fromhex(group.pg_id), state=state, reason=reason))
+
+    def _remove_pg(self, pg_id_bytes: bytes) -> None:
+        pg_id = pg_id_bytes.hex()
+        group = self.groups.pop(pg_id, None)
+        if group is None:
+            return
+        group.state = "removed"
+        self.node.apply(self.node.scheduler.remove_placement_group(pg_id))
+
+    def answer(self, what: str, arg: bytes) -> Any:
+        if what == "placement_groups":
+            return {g.pg_id: {"placement_group_id": g.pg_id, "name": g.name,
+                              "bundles": dict(enumerate(g.bundles)), "strategy": g.strategy,
+                              "state": g.state.upper(), "reason": g.reason}
+                    for g in self.groups.values()}
+        if what == "actors":
+            return {e.spec.actor_id.hex(): {"class_name": e.spec.class_name, "state": e.state,
+                                            "name": e.spec.name, "restarts": e.restarts}
+                    for e in self.actors.values()}
+        raise KeyError(f"unknown query {what!r}")
+
+
+def error_bytes(exc: BaseException) -> bytes:
+    return values.encode_error(exc).data

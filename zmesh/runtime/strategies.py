@@ -1,0 +1,45 @@
+"""Scheduling strategies on the wire: the user's strategy object <-> the scheduler's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from zmesh.core.scheduling import (
+    DEFAULT,
+    NodeAffinity,
+    PlacementGroupTarget,
+    SpreadStrategy,
+    Strategy,
+)
+
+
+def encode_strategy(strategy: Any, *, pg_default: Any = None) -> bytes:
+    """Bytes for a user-facing strategy ("DEFAULT", "SPREAD", or a strategy object)."""
+    if strategy is None or strategy == "DEFAULT":
+        return b""
+    if strategy == "SPREAD":
+        return msgspec.msgpack.encode(["spread"])
+    kind = type(strategy).__name__
+    if kind == "PlacementGroupSchedulingStrategy":
+        pg = strategy.placement_group
+        return msgspec.msgpack.encode(["pg", pg.id, int(strategy.placement_group_bundle_index)])
+    if kind == "NodeAffinitySchedulingStrategy":
+        return msgspec.msgpack.encode(["node", str(strategy.node_id), bool(strategy.soft)])
+    raise ValueError(f"unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD', "
+                     "PlacementGroupSchedulingStrategy or NodeAffinitySchedulingStrategy")
+
+
+def decode_strategy(data: bytes) -> Strategy:
+    """The scheduler's strategy for bytes made by encode_strategy."""
+    if not data:
+        return DEFAULT
+    parts = msgspec.msgpack.decode(data)
+    if parts[0] == "spread":
+        return SpreadStrategy()
+    if parts[0] == "pg":
+        return PlacementGroupTarget(bytes(parts[1]), int(parts[2]))
+    if parts[0] == "node":
+        return NodeAffinity(parts[1], bool(parts[2]))
+    raise ValueError(f"unknown strategy {parts[0]!r}")

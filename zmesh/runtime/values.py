@@ -1,0 +1,107 @@
+"""Turning Python values into `Value`s and back: inline when small, in the store when large.
+
+Small values travel packed inside the message. Large ones are written once into the node's
+memory-mapped store and read back in place: numpy arrays and tensors come back as read-only
+views of the mapping, with no copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from zmesh.errors import SerializationError, ZmeshError
+from zmesh.protocol.messages.runtime import StoreLoc, Value
+from zmesh.runtime import context
+from zmesh import serializers as registry
+from zmesh.serializers import layout
+from zmesh.task_error import TaskError
+
+INLINE_LIMIT = 100 * 1024
+
+# (object_id, size) -> (location, writable memoryview); the caller seals after writing.
+Allocator = Callable[[bytes, int], tuple[StoreLoc, memoryview]]
+Sealer = Callable[[bytes], None]
+# (location) -> read-only memoryview that stays valid while any view of it lives
+Reader = Callable[[StoreLoc], memoryview]
+
+
+
+def pack(s: Any) -> bytes:
+    """A serialized value packed into one bytes-like block (for inline values)."""
+    buf = bytearray(layout.packed_size(s))
+    layout.pack_into(s, memoryview(buf))
+    return buf  # type: ignore[return-value]  # bytearray encodes exactly like bytes
+
+
+NONE_VALUE = Value(data=pack(registry.serialize(None)))
+
+
+def serialize(obj: Any, serializer: str | None = None) -> tuple[Any, list[Any]]:
+    """Serialize a value, collecting the ObjectRefs inside it."""
+    with context.RefCollector() as refs:
+        s = registry.serialize(obj, serializer=serializer)
+    return s, refs.refs
+
+
+def encode(
+    obj: Any,
+    object_id: bytes,
+    *,
+    allocate: Allocator | None,
+    seal: Sealer | None,
+    serializer: str | None = None,
+) -> tuple[Value, list[Any]]:
+    """A Value for `obj` and the refs nested in it; large values go to the store if we can."""
+    if obj is None and serializer is None:
+        return NONE_VALUE, []
+    s, refs = serialize(obj, serializer)
+    size = layout.packed_size(s)
+    if size <= INLINE_LIMIT or allocate is None or seal is None:
+        return Value(data=pack(s)), refs
+    loc, dest = allocate(object_id, size)
+    layout.pack_into(s, dest)
+    del dest
+    seal(object_id)
+    return Value(loc=loc), refs
+
+
+def encode_error(exc: BaseException) -> Value:
+    """An error Value; an exception that cannot be pickled keeps its text and traceback."""
+    try:
+        data = pack(registry.serialize(exc, serializer="pickle5"))
+    except Exception:
+        if isinstance(exc, TaskError):
+            fallback: BaseException = TaskError(exc.function_name, exc.traceback_str, None, exc.pid)
+        else:
+            fallback = ZmeshError(f"{type(exc).__name__}: {exc}")
+        data = pack(registry.serialize(fallback, serializer="pickle5"))
+    return Value(data=data, is_error=True)
+
+
+def decode(value: Value, read: Reader | None) -> Any:
+    """The Python value of a Value (an error Value decodes to its exception object)."""
+    if value.loc is None:
+        buf: memoryview = memoryview(value.data)
+    else:
+        if read is None:
+            raise SerializationError("a stored object cannot be read in this process")
+        buf = read(value.loc)
+    try:
+        s = layout.unpack_from(buf)
+        return registry.deserialize(s, trusted=True)
+    except SerializationError:
+        raise
+    except Exception as exc:
+        raise SerializationError(f"cannot decode a value: {exc}") from exc
+
+
+def raise_if_error(value: Value, obj: Any) -> Any:
+    """Re-raise the exception an error Value holds, as an instance of the user's class."""
+    if not value.is_error:
+        return obj
+    if isinstance(obj, TaskError):
+        raise obj.as_instanceof_cause()
+    if isinstance(obj, BaseException):
+        raise obj
+    raise ZmeshError(f"task failed: {obj!r}")

@@ -1,0 +1,53 @@
+"""A worker process: a core client (for nested calls) plus an executor for user code.
+
+Forked from the fork server with the runtime already imported, so starting one costs
+milliseconds. It exits when its node goes away.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime import context, logs
+from zmesh.runtime.client import CoreClient
+from zmesh.runtime.executor import Executor
+
+
+def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = True) -> None:
+    """Serve tasks and actor calls until the node tells us to stop or disappears."""
+    client = CoreClient(node_address, session_dir, "worker", worker_id=worker_id)
+    context.set_client(client)
+    executor = Executor(client)
+
+    def blocked(flag: bool) -> None:
+        client.loop.send_threadsafe(node_address, m.Blocked(worker=client.address, blocked=flag))
+
+    client.blocked_hook = blocked
+    if capture:
+        logs.capture_output(lambda prefix, lines, err: client.loop.send_threadsafe(
+            node_address, m.LogLines(prefix=prefix, lines=lines, stderr=err)))
+    stop = _Stop()
+    client.loop.on(m.Shutdown, lambda s, msg, b: stop.set(client))
+    executor.start()
+    client.loop.thread = None
+    client.loop.send(node_address, m.RegisterClient(
+        address=client.address, kind="worker", pid=os.getpid(), worker_id=client.worker_id))
+    client.loop.on(m.ClientRegistered, lambda s, msg, b: _registered(client, msg))
+    client.loop.run()  # the loop runs on the main thread; exits on Shutdown
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _registered(client: CoreClient, msg: m.ClientRegistered) -> None:
+    from zmesh.store.mapping import StoreMapper
+
+    client.node_id = msg.node_id
+    client.job_id = msg.job_id
+    client.mapper = StoreMapper(msg.store_dir)
+
+
+class _Stop:
+    def set(self, client: CoreClient) -> None:
+        client.loop.stop()

@@ -1,0 +1,108 @@
+"""The node's worker pool: a fork server it feeds requests to, and the workers it made.
+
+Workers are forked ahead of demand so a lease or a new actor rarely waits for one; the
+fork server reports every worker's exit with its wait status, which the node turns into
+a clear error for whoever the worker served.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from zmesh.runtime.zygote import RecordReader, write_record
+
+
+@dataclass(eq=False)
+class WorkerInfo:
+    """A worker process as its node tracks it."""
+
+    worker_id: bytes
+    pid: int = 0
+    address: str = ""
+    state: str = "starting"  # starting, idle, leased, actor, dead
+    lease_id: bytes = b""
+    actor_id: bytes = b""
+    env_key: tuple[tuple[str, str], ...] = ()
+    waiters: list[Callable[[WorkerInfo], None]] = field(default_factory=list)
+
+
+class WorkerPool:
+    """Starts workers through the fork server and reports their exits to the node's loop."""
+
+    def __init__(self, node_address: str, session_dir: str,
+                 post: Callable[..., None], on_exit: Callable[[int, int], None]) -> None:
+        self._post = post
+        self._on_exit = on_exit
+        parent, child = socket.socketpair()
+        self._sock = parent
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "zmesh.runtime.zygote", str(child.fileno()), node_address,
+             session_dir],
+            pass_fds=[child.fileno()], env=env, close_fds=True)
+        child.close()
+        self.by_id: dict[bytes, WorkerInfo] = {}
+        self.by_pid: dict[int, WorkerInfo] = {}
+        self._spawning: dict[bytes, WorkerInfo] = {}
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="zmesh-zygote", daemon=True)
+        self._reader.start()
+
+    def spawn(self, env: dict[str, str] | None = None) -> WorkerInfo:
+        """Ask the fork server for a new worker (loop thread)."""
+        worker_id = os.urandom(8)
+        info = WorkerInfo(worker_id, env_key=tuple(sorted((env or {}).items())))
+        self.by_id[worker_id] = info
+        with self._lock:
+            write_record(self._sock, {"op": "spawn", "id": worker_id, "env": env or {}})
+        return info
+
+    def kill(self, info: WorkerInfo, sig: int = 9) -> None:
+        if info.pid:
+            with self._lock:
+                try:
+                    write_record(self._sock, {"op": "kill", "pid": info.pid, "sig": sig})
+                except OSError:
+                    pass
+
+    def _read(self) -> None:
+        reader = RecordReader()
+        while True:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            for rec in reader.feed(chunk):
+                self._post(self._handle, rec)
+
+    def _handle(self, rec: dict[str, Any]) -> None:
+        if rec["op"] == "spawned":
+            info = self.by_id.get(bytes(rec["id"]))
+            if info is not None:
+                info.pid = rec["pid"]
+                self.by_pid[info.pid] = info
+        elif rec["op"] == "exited":
+            self._on_exit(rec["pid"], rec["status"])
+
+    def close(self) -> None:
+        """Stop the fork server; it kills and reaps every worker before it exits."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,169 @@
+"""The fork server: a pre-imported, single-threaded parent that forks workers on request.
+
+The node talks to it over a socketpair with length-prefixed msgpack records:
+{"op": "spawn", "id", "env"} -> {"op": "spawned", "id", "pid"}; {"op": "kill", "pid", "sig"};
+and it reports {"op": "exited", "pid", "status"} when a worker dies. It never starts a
+thread or a zmq context, so forking is safe, and it exits (killing its children) when the
+node closes the socket.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+import msgspec
+
+_LEN = struct.Struct("<I")
+PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent dies (no-op elsewhere)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+        except (OSError, AttributeError):
+            pass
+
+
+def write_record(sock: socket.socket, record: dict[str, Any]) -> None:
+    data = msgspec.msgpack.encode(record)
+    sock.sendall(_LEN.pack(len(data)) + data)
+
+
+class RecordReader:
+    """Splits a byte stream into length-prefixed msgpack records."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        self.buf += chunk
+        out = []
+        while len(self.buf) >= 4:
+            (n,) = _LEN.unpack_from(self.buf)
+            if len(self.buf) < 4 + n:
+                break
+            out.append(msgspec.msgpack.decode(self.buf[4:4 + n]))
+            self.buf = self.buf[4 + n:]
+        return out
+
+
+def main(fd: int, node_address: str, session_dir: str) -> None:
+    set_parent_death_signal()
+    # pre-import what every worker needs, so a fork starts warm
+    import zmesh.runtime.worker  # noqa: F401
+
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+    sock = socket.socket(fileno=fd)
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    signal.set_wakeup_fd(wfd)
+    signal.signal(signal.SIGCHLD, lambda *a: None)
+    reader = RecordReader()
+    children: set[int] = set()
+    write_record(sock, {"op": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            readable, _, _ = select.select([sock, rfd], [], [])
+        except InterruptedError:
+            continue
+        if rfd in readable:
+            os.read(rfd, 4096)
+        _reap(sock, children)
+        if sock in readable:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            for rec in reader.feed(chunk):
+                if rec["op"] == "spawn":
+                    pid = _spawn(sock, rfd, wfd, rec, node_address, session_dir)
+                    children.add(pid)
+                    write_record(sock, {"op": "spawned", "id": rec["id"], "pid": pid})
+                elif rec["op"] == "kill" and rec["pid"] in children:
+                    try:
+                        os.kill(rec["pid"], rec.get("sig", signal.SIGKILL))
+                    except ProcessLookupError:
+                        pass
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in children:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _reap(sock: socket.socket, children: set[int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        try:
+            write_record(sock, {"op": "exited", "pid": pid, "status": status})
+        except OSError:
+            return
+
+
+def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_address: str,
+           session_dir: str) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    # the child: drop the parent's plumbing, then become a worker
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock.close()
+        os.close(rfd)
+        os.close(wfd)
+        set_parent_death_signal()
+        os.environ.update(rec.get("env") or {})
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        from zmesh.runtime import worker
+
+        worker.main(node_address, session_dir, bytes(rec["id"]))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+    return 0  # unreachable
+
+
+def describe_status(status: int) -> str:
+    """Words for a waitpid status: 'killed by signal 9 (SIGKILL)' or 'exited with code 1'."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "?"
+        hint = " (out of memory?)" if sig == signal.SIGKILL else ""
+        return f"killed by signal {sig} ({name}){hint}"
+    if os.WIFEXITED(status):
+        return f"exited with code {os.WEXITSTATUS(status)}"
+    return f"ended with status {status}"
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2], sys.argv[3])

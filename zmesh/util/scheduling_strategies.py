@@ -1,0 +1,28 @@
+"""Scheduling strategies: place work in a placement group bundle or on a given node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class PlacementGroupSchedulingStrategy:
+    """Run inside `placement_group`, in bundle `placement_group_bundle_index` (-1: any)."""
+
+    placement_group: Any
+    placement_group_bundle_index: int = -1
+    placement_group_capture_child_tasks: bool | None = None
+
+
+@dataclass
+class NodeAffinitySchedulingStrategy:
+    """Run on `node_id`; soft=True falls back to other nodes when it cannot."""
+
+    node_id: str
+    soft: bool = False
+    _spill_on_unavailable: bool = False
+    _fail_on_unavailable: bool = False
+
+
+__all__ = ["NodeAffinitySchedulingStrategy", "PlacementGroupSchedulingStrategy"]
