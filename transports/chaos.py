@@ -82,7 +82,7 @@ class ChaosEndpoint(Endpoint):
         self._held: dict[str, tuple[float, list[list[Buffer]]]] = {}
         self._woken = False
         self._faulty = drop > 0 or duplicate > 0 or high > 0 or reorder > 0
-        self._track_open()
+        # Not tracked as live itself: it holds no resource but `inner`, which is tracked.
 
     @property
     def closed(self) -> bool:
@@ -205,4 +205,3 @@ class ChaosEndpoint(Endpoint):
             self._timers.clear()
             self._held.clear()
         self.inner.close()
-        self._track_closed()
