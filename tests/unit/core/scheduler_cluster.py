@@ -14,6 +14,7 @@ from zmesh.core.scheduling import (
     Failed,
     Forward,
     Infeasible,
+    LookupPlacementGroup,
     PGAbort,
     PGCommit,
     PGInfeasible,
@@ -36,6 +37,7 @@ class SimCluster:
         self.infeasible: dict[bytes, Infeasible] = {}
         self.pg_events: list[Decision] = []
         self.killed: list[bytes] = []
+        self.lookups: list[tuple[str, str]] = []
         self.gossip()
 
     def gossip(self) -> None:
@@ -56,6 +58,16 @@ class SimCluster:
 
     def remove_pg(self, node: str, pg_id: str) -> None:
         self.carry_out(node, self.nodes[node].remove_placement_group(pg_id))
+
+    def answer_lookups(self) -> None:
+        """Tell nodes that asked where a group is, as the control store would once it is ready."""
+        asked, self.lookups = self.lookups, []
+        for node, pg_id in asked:
+            for sched in self.nodes.values():
+                for info in sched.placement_groups():
+                    if info.pg_id == pg_id and info.nodes is not None:
+                        self.carry_out(node, self.nodes[node].note_placement_group(
+                            pg_id, info.nodes, info.bundles))
 
     def carry_out(self, node: str, decisions: list[Decision]) -> None:
         todo = deque((node, d) for d in decisions)
@@ -89,4 +101,6 @@ class SimCluster:
                 self.pg_events.append(d)
             elif isinstance(d, (PGReady, PGPending, PGInfeasible)):
                 self.pg_events.append(d)
+            elif isinstance(d, LookupPlacementGroup):
+                self.lookups.append((at, d.pg_id))
             todo.extend(out)
