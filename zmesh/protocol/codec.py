@@ -187,7 +187,9 @@ def _describe_sender(sender: object) -> str:
 
 # msgspec reports e.g. "Expected `int`, got `str` - at `$[1]`"; in array_like messages the
 # index is a field position, which we turn back into "Hello.protocol_version".
-_AT_PATH = re.compile(r"^(?P<what>.*?) - at `\$\[(?P<index>\d+)\](?P<rest>[^`]*)`$", re.S)
+_AT_PATH = re.compile(
+    r"^(?P<what>.*?) - at (?P<key>`key` in )?`\$\[(?P<index>\d+)\](?P<rest>[^`]*)`$", re.S
+)
 _TOO_SHORT = re.compile(r"^Expected `array` of at least length (?P<need>\d+), got (?P<got>\d+)$")
 
 
@@ -214,7 +216,8 @@ def _explain_validation(frame: Buffer, text: str) -> str:
         return f"message tag: {what}"
     fields = cls.__struct_fields__ if cls is not None else ()
     field = fields[index - 1] if index - 1 < len(fields) else f"[{index}]"
-    return f"{name}.{field}{at['rest']}: {what}"
+    key = " key" if at["key"] else ""
+    return f"{name}.{field}{at['rest']}{key}: {what}"
 
 
 def _plain(text: str) -> str:

@@ -8,13 +8,25 @@ import msgspec
 import pytest
 
 from zmesh.errors import ProtocolError
+from zmesh.protocol import codec, messages
 from zmesh.protocol import limits as limits_mod
 from zmesh.protocol.codec import Buffer, decode, encode, pack, safe_unpack, unpack
 from zmesh.protocol.limits import Limits, default_limits, set_default_limits
+from zmesh.protocol.messages.base import Message
 from zmesh.protocol.messages.common import ErrorReply, Ping, Pong
 from zmesh.protocol.messages.handshake import Hello
 
 raw = msgspec.msgpack.encode
+
+
+class Inner(msgspec.Struct, array_like=True):
+    labels: dict[str, int]
+
+
+class Outer(Message, tag=7):
+    """Only for explaining nested errors; never part of the real union."""
+
+    items: list[Inner]
 
 
 def test_small_message_encodes_as_tag_then_fields() -> None:
@@ -41,6 +53,18 @@ def test_wrong_field_type_names_class_and_field() -> None:
 def test_constraint_violation_names_class_and_field() -> None:
     with pytest.raises(ProtocolError, match=r"Hello.incarnation: expected int >= 0"):
         decode(raw([10, 1, b"", "w1", "worker", -3]))
+
+
+def test_nested_field_errors_name_the_path_inside_the_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(messages.BY_TAG, 7, Outer)
+    frame = raw([7, [[{"a": 1}], [{2: 3}]]])
+    with pytest.raises(msgspec.ValidationError) as caught:
+        msgspec.msgpack.decode(frame, type=Outer)
+    assert codec._explain_validation(frame, str(caught.value)) == (
+        "Outer.items[1][0] key: expected str, got int"
+    )
 
 
 def test_unknown_tag_is_named() -> None:
