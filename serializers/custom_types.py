@@ -94,7 +94,7 @@ class CustomTypeSerializer(Serializer):
         """Decode, passing the caller's trust on to the serializer of the reduced value."""
         try:
             head = _decoder.decode(header)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, ValueError) as exc:
             raise SerializationError(
                 f"cannot deserialize a registered type with serializer 'custom': bad header ({exc})"
             ) from None

@@ -112,7 +112,7 @@ def unpack_from(src: memoryview) -> Serialized:
         )
     try:
         meta = _meta_decoder.decode(view[_PREFIX.size : meta_end])
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, ValueError) as exc:
         raise SerializationError(f"packed value has a bad meta: {exc}") from None
     if any(length < 0 for length in meta.lengths):
         raise SerializationError(f"packed value has negative buffer lengths {meta.lengths}")
@@ -138,7 +138,7 @@ def from_frames(frames: Sequence[Buffer]) -> Serialized:
         raise SerializationError("no frames: expected a serializer head frame")
     try:
         head = _frames_decoder.decode(frames[0])
-    except (msgspec.DecodeError, TypeError) as exc:
+    except (msgspec.DecodeError, ValueError, TypeError) as exc:
         raise SerializationError(f"bad serializer head frame: {exc}") from None
     if head.buffer_count != len(frames) - 1:
         raise SerializationError(

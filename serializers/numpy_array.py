@@ -44,7 +44,7 @@ def decode_header(data: bytes, what: str, serializer: str) -> ArrayHeader:
     """Decode and sanity-check an array header; bad input raises SerializationError."""
     try:
         header = _header_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, ValueError) as exc:
         raise SerializationError(
             f"cannot deserialize {what} with serializer {serializer!r}: bad header ({exc})"
         ) from None

@@ -163,7 +163,7 @@ class SerializerRegistry:
                 f"refusing to deserialize with serializer {name!r}: it can run code on load and "
                 f"is only accepted from authenticated (trusted) peers"
             )
-        views = [_byte_view(b, name) for b in buffers]
+        views = [_byte_view(b, name) for b in buffers] if buffers else []
         try:
             if chosen is self._custom:
                 return self._custom.deserialize_with_trust(header, views, trusted)

@@ -1,4 +1,7 @@
-"""Shared helpers for the serializer tests: exact comparison, value strategies, a user type."""
+"""Shared helpers for the serializer tests: exact comparison, value strategies, a user type.
+
+A uniquely named module (not conftest) so that `import` cannot pick up another conftest.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,7 @@ import math
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import strategies as st
-
 from zmesh.serializers import SerializerRegistry
 
 
@@ -33,8 +34,7 @@ def point_from_plain(d: dict[str, int]) -> Point:
     return Point(d["x"], d["y"])
 
 
-@pytest.fixture
-def registry() -> SerializerRegistry:
+def make_registry() -> SerializerRegistry:
     """A fresh registry (tests may register into it) that knows `Point`."""
     reg = SerializerRegistry()
     reg.register_serializer(Point, serializer=point_to_plain, deserializer=point_from_plain)

@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from conftest import Point, assert_same, plain_data
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serializer_helpers import Point, assert_same, plain_data
+from zmesh.serializers import Serialized, SerializerRegistry
 
 from zmesh.errors import SerializationError
-from zmesh.serializers import Serialized, SerializerRegistry
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 

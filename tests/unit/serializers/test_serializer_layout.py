@@ -6,11 +6,9 @@ import mmap
 
 import numpy as np
 import pytest
-from conftest import assert_same, plain_data
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from zmesh.errors import SerializationError
+from serializer_helpers import assert_same, plain_data
 from zmesh.serializers import (
     Serialized,
     SerializerRegistry,
@@ -21,6 +19,8 @@ from zmesh.serializers import (
     unpack_from,
 )
 from zmesh.serializers.layout import ALIGN
+
+from zmesh.errors import SerializationError
 
 
 def packed(s: Serialized) -> bytearray:

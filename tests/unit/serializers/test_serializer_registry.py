@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from conftest import Point
-
 import zmesh.serializers as zs
-from zmesh.errors import SerializationError, UntrustedSerializerError
+from serializer_helpers import Point
 from zmesh.serializers import Buffer, Serialized, Serializer, SerializerRegistry, remote_traceback
+
+from zmesh.errors import SerializationError, UntrustedSerializerError
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_receiver_without_the_registration_names_the_missing_type(
     registry: SerializerRegistry,
 ) -> None:
     s = registry.serialize(Point(1, 1))
-    with pytest.raises(SerializationError, match=r"conftest:Point.*register_serializer"):
+    with pytest.raises(SerializationError, match=r"serializer_helpers:Point.*register_serializer"):
         SerializerRegistry().deserialize(s, trusted=True)
 
 
