@@ -49,6 +49,16 @@ def state_of(m: Membership, address: str) -> tuple[MemberState, int]:
     return info.state, info.incarnation
 
 
+def tick_until_probe(m: Membership) -> tuple[float, str, Probe]:
+    """Run m's timers until it sends a probe (its first one goes out at a random phase)."""
+    for _ in range(20):
+        now = m.next_deadline() or 0.0
+        for dest, msg in m.tick(now):
+            if isinstance(msg, Probe):
+                return now, dest, msg
+    raise AssertionError("no probe was sent")
+
+
 def kinds(m: Membership) -> list[tuple[str, str]]:
     return [(e.kind.value, e.address) for e in m.drain_events()]
 
@@ -87,12 +97,7 @@ def test_unanswered_probe_asks_others_then_suspects_the_target() -> None:
     m = node(config=cfg)
     gossip(m, update("b", ALIVE, 0), update("c", ALIVE, 0), update("d", ALIVE, 0), now=0.0)
     m.drain_events()
-    now, probed = 0.0, None
-    while probed is None:  # the first probe goes out at a random phase within one period
-        now = m.next_deadline() or 0.0
-        probes = [(d, msg) for d, msg in m.tick(now) if isinstance(msg, Probe)]
-        probed = probes[0][0] if probes else None
-    start = now
+    start, probed, _ = tick_until_probe(m)
     now = start + cfg.ack_timeout
     requests = [(d, msg) for d, msg in m.tick(now) if isinstance(msg, ProbeRequest)]
     assert {d for d, _ in requests} == {"b", "c", "d"} - {probed}
@@ -106,10 +111,7 @@ def test_ack_relayed_by_a_helper_keeps_the_target_alive() -> None:
     cfg = MembershipConfig()
     m = node(config=cfg)
     gossip(m, update("b", ALIVE, 0), update("c", ALIVE, 0), now=0.0)
-    now, probe = 0.0, None
-    while probe is None:
-        now = m.next_deadline() or 0.0
-        probe = next((msg for _, msg in m.tick(now) if isinstance(msg, Probe)), None)
+    now, _, _ = tick_until_probe(m)
     requests = m.tick(now + cfg.ack_timeout)
     assert len(requests) == 1 and isinstance(requests[0][1], ProbeRequest)
     helper, request = requests[0]
@@ -321,3 +323,22 @@ def test_events_name_what_changed() -> None:
     assert [e.kind for e in events] == [MemberEventKind.JOINED, MemberEventKind.LEFT]
     assert events[1].address == "b" and events[1].at == 1.0 and events[1].incarnation == 0
     assert m.drain_events() == []
+
+
+def test_a_node_that_was_frozen_does_not_blame_its_probe_target() -> None:
+    cfg = MembershipConfig()
+    m = node(config=cfg)
+    gossip(m, update("b", ALIVE, 0), now=0.0)
+    now, _, _ = tick_until_probe(m)
+    m.tick(now + 10 * cfg.probe_interval)  # we were paused: no ack could be read in time
+    assert state_of(m, "b") == (ALIVE, 0)
+
+
+def test_dead_members_are_forgotten_after_the_retention_period() -> None:
+    cfg = MembershipConfig(dead_retention=5.0)
+    m = node(config=cfg)
+    gossip(m, update("b", ALIVE, 0), update("b", DEAD, 0), now=1.0)
+    m.tick(3.0)
+    assert "b" in m.members()
+    m.tick(7.5)
+    assert "b" not in m.members()

@@ -26,7 +26,9 @@ class Outcome:
     trace: dict[str, list[tuple[str, str, int, float]]]
 
 
-def drain(nodes: dict[str, Membership], trace: dict[str, list[tuple[str, str, int, float]]]) -> None:
+def drain(
+    nodes: dict[str, Membership], trace: dict[str, list[tuple[str, str, int, float]]]
+) -> None:
     for address, node in nodes.items():
         trace.setdefault(address, []).extend(
             (e.kind.value, e.address, e.incarnation, round(e.at, 9)) for e in node.drain_events()
