@@ -67,13 +67,14 @@ class GroupCoordinator:
         self.node_id = node_id
         self._local = local
         self._plans: dict[PlacementGroupId, _Plan] = {}
+        self._pending: set[PlacementGroupId] = set()  # checked after every finish: keep it O(1)
 
     def __contains__(self, pg_id: object) -> bool:
         return pg_id in self._plans
 
     def has_pending(self) -> bool:
         """True while some group waits for resources to be freed (not for a node to join)."""
-        return any(p.state == "pending" for p in self._plans.values())
+        return bool(self._pending)
 
     def layout(self, pg_id: PlacementGroupId) -> tuple[tuple[NodeId, ResourceSet], ...] | None:
         """(node, amounts) per bundle once the group is ready, else None."""
@@ -137,7 +138,7 @@ class GroupCoordinator:
         if plan.waiting_on:
             return []
         self._local.commit(plan.pg_id)
-        plan.state, plan.reason = "ready", ""
+        self._set(plan, "ready", "")
         bundles = tuple(s.to_dict() for s in plan.shapes)
         out: list[Decision] = [
             PGCommit(plan.pg_id, node, plan.nodes, bundles) for node in sorted(plan.prepared)
@@ -160,6 +161,7 @@ class GroupCoordinator:
     def remove(self, pg_id: PlacementGroupId) -> list[NodeId]:
         """Forget the group; the other nodes that hold or may hold its bundles, to release."""
         plan = self._plans.pop(pg_id, None)
+        self._pending.discard(pg_id)
         if plan is None:
             return []
         nodes = set(plan.prepared) | plan.waiting_on
@@ -184,11 +186,10 @@ class GroupCoordinator:
         plan.nodes = result.nodes
         if not by_node:
             self._local.commit(plan.pg_id)
-            plan.state, plan.reason = "ready", ""
+            self._set(plan, "ready", "")
             return [PGReady(plan.pg_id, plan.nodes)]
         plan.attempt += 1
-        plan.state = "preparing"
-        plan.reason = f"{plan.label()} is reserving bundles on {sorted(by_node)}"
+        self._set(plan, "preparing", f"{plan.label()} is reserving bundles on {sorted(by_node)}")
         plan.waiting_on = set(by_node)
         plan.prepared = set()
         return [
@@ -196,9 +197,16 @@ class GroupCoordinator:
             for node, idx in sorted(by_node.items())
         ]
 
+    def _set(self, plan: _Plan, state: GroupState, reason: str) -> None:
+        plan.state, plan.reason = state, reason
+        if state == "pending":
+            self._pending.add(plan.pg_id)
+        else:
+            self._pending.discard(plan.pg_id)
+
     def _wait(self, plan: _Plan, state: GroupState, why: str, report: bool) -> list[Decision]:
         changed = report or state != plan.state
-        plan.state, plan.reason = state, f"{plan.label()} cannot be placed: {why}"
+        self._set(plan, state, f"{plan.label()} cannot be placed: {why}")
         if not changed:
             return []
         if state == "infeasible":
@@ -210,7 +218,6 @@ class GroupCoordinator:
         self._local.abort(plan.pg_id)
         plan.prepared.clear()
         plan.waiting_on.clear()
-        plan.state = "pending"
-        plan.reason = f"{plan.label()} cannot be placed yet: {why}"
+        self._set(plan, "pending", f"{plan.label()} cannot be placed yet: {why}")
         out.append(PGPending(plan.pg_id, plan.reason))
         return out

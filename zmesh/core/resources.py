@@ -8,7 +8,7 @@ ValueError naming the key, because they come straight from user options.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +47,13 @@ class ResourceSet(Mapping[str, int]):
     Indexing gives fixed-point ints (`rs["CPU"] == 10000` for one CPU); `to_dict()` gives floats.
     """
 
-    __slots__ = ("_amounts", "_hash")
+    __slots__ = ("_amounts", "_hash", "_text")
 
     def __init__(self, fixed: Mapping[str, int] | None = None) -> None:
         # Trusted constructor: callers pass already-validated fixed-point amounts.
         self._amounts: dict[str, int] = {k: v for k, v in (fixed or {}).items() if v}
         self._hash: int | None = None
+        self._text: str | None = None
 
     @classmethod
     def from_dict(cls, amounts: Mapping[str, float] | ResourceSet) -> ResourceSet:
@@ -77,6 +78,19 @@ class ResourceSet(Mapping[str, int]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._amounts)
 
+    # The Mapping mixins go through __getitem__ one key at a time; these run per task.
+    def items(self) -> ItemsView[str, int]:
+        return self._amounts.items()
+
+    def keys(self) -> KeysView[str]:
+        return self._amounts.keys()
+
+    def values(self) -> ValuesView[int]:
+        return self._amounts.values()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._amounts
+
     def __len__(self) -> int:
         return len(self._amounts)
 
@@ -91,7 +105,13 @@ class ResourceSet(Mapping[str, int]):
         return NotImplemented
 
     def __repr__(self) -> str:
-        return f"ResourceSet({format_amounts(self)})"
+        return f"ResourceSet({self})"
+
+    def __str__(self) -> str:
+        """Short human form, `{CPU: 1, GPU: 0.5}` (cached: it goes into every wait reason)."""
+        if self._text is None:
+            self._text = format_amounts(self._amounts)
+        return self._text
 
     def is_empty(self) -> bool:
         """True when nothing is asked for (an actor's held resources by default)."""
@@ -100,7 +120,10 @@ class ResourceSet(Mapping[str, int]):
     def fits_in(self, other: Mapping[str, int]) -> bool:
         """True when every amount here is at most the same amount in `other`."""
         get = other.get
-        return all(get(k, 0) >= v for k, v in self._amounts.items())
+        for k, v in self._amounts.items():  # noqa: SIM110  (a loop beats all() per task)
+            if get(k, 0) < v:
+                return False
+        return True
 
     def __add__(self, other: Mapping[str, int]) -> ResourceSet:
         out = dict(self._amounts)
@@ -186,6 +209,8 @@ class NodeResources:
 
 def labels_match(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:
     """True when every wanted label is present with the same value (exact match only)."""
+    if not wanted:
+        return True
     return all(have.get(k) == v for k, v in wanted.items())
 
 

@@ -141,8 +141,11 @@ class LocalScheduler:
         """Work waiting here (for resources, a bundle or a node to join), oldest first."""
         works = [*self._waiting, *self._infeasible.values()]
         works.sort(key=lambda w: w.seq)
+        free = f", free {format_amounts(self._free)}"
         return [
-            PendingInfo(w.req.work_id, w.req.name, w.req.kind, w.reason, w.infeasible)
+            PendingInfo(w.req.work_id, w.req.name, w.req.kind,
+                        w.reason + free if w.target is None and not w.infeasible else w.reason,
+                        w.infeasible)
             for w in works
         ]
 
@@ -160,7 +163,7 @@ class LocalScheduler:
         if (
             req.resources is None
             and req.placement_resources is None
-            and req.strategy is DEFAULT
+            and type(req.strategy) is DefaultStrategy
             and req.kind == "task"
             and not req.labels
             and self._free.get(_CPU, 0) >= SCALE
@@ -360,7 +363,7 @@ class LocalScheduler:
         work.infeasible = False
         work.reason = reason or (
             f"{work.req.describe()} waits for resources on node {self.node_id!r}: needs "
-            f"{format_amounts(work.place)}, free {format_amounts(self._free)}"
+            f"{work.place}"
         )
         self._waiting.push(work, target)
         return Pending(work.req.work_id, work.reason)
