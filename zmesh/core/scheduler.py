@@ -242,7 +242,8 @@ class LocalScheduler:
             check_request_amounts(amounts, req.describe())
             return amounts
         try:
-            key = tuple(amounts.items())
+            # Types are part of the key: {"CPU": True} == {"CPU": 1} but must be refused.
+            key = (tuple(amounts.items()), tuple(map(type, amounts.values())))
             cached = self._shape_cache.get(key)
         except (AttributeError, TypeError):
             key, cached = None, None
@@ -309,7 +310,7 @@ class LocalScheduler:
                 return [started] if started is not None else [self._enqueue(work, None)]
             if aff.soft:
                 return None
-            return [self._mark_infeasible(work, only={self.node_id: self._total})]
+            return [self._mark_infeasible(work, only=(self.node_id, self._total, self._labels))]
         node = self._cluster.nodes.get(aff.node_id)
         if node is None:
             if aff.soft:
@@ -321,7 +322,7 @@ class LocalScheduler:
             return [self._forward(work, aff.node_id)]
         if aff.soft:
             return None
-        return [self._mark_infeasible(work, only={aff.node_id: node.total})]
+        return [self._mark_infeasible(work, only=(aff.node_id, node.total, node.labels))]
 
     def _fits_now(self, work: QueuedWork) -> bool:
         if not work.place.fits_in(self._free):
@@ -369,17 +370,22 @@ class LocalScheduler:
         return Pending(work.req.work_id, work.reason)
 
     def _mark_infeasible(
-        self, work: QueuedWork, only: Mapping[NodeId, ResourceSet] | None = None
+        self,
+        work: QueuedWork,
+        only: tuple[NodeId, ResourceSet, Mapping[str, str]] | None = None,
     ) -> Infeasible:
+        """Report work no node can hold (or, with `only`, the one node it must run on)."""
         caps: Mapping[NodeId, Mapping[str, int]]
         if only is not None:
-            caps = only
+            node, total, labels = only
+            caps = {node: total} if labels_match(work.req.labels, labels) else {}
         else:
             caps = self._cluster.totals(work.req.labels)
             if labels_match(work.req.labels, self._labels):
                 caps = {self.node_id: self._total, **caps}
         if not caps:
-            reason = f"no live node has the labels {dict(work.req.labels)!r}"
+            where = f"node {only[0]!r} does not" if only is not None else "no live node does"
+            reason = f"{where} have the labels {dict(work.req.labels)!r}"
             missing: list[tuple[str, int, int]] = []
         else:
             missing, reason = explain_shortfall(work.place, caps)

@@ -181,6 +181,13 @@ def test_bad_requests_raise_value_error_naming_what_was_wrong(request_kw, match:
         LocalScheduler("a", {"CPU": 1}).submit(task(1, **request_kw))
 
 
+def test_a_bad_amount_equal_to_a_good_one_is_still_refused() -> None:
+    s = LocalScheduler("a", {"CPU": 2})
+    s.submit(task(1, resources={"CPU": 1}))
+    with pytest.raises(ValueError, match="'CPU'"):
+        s.submit(task(2, resources={"CPU": True}))
+
+
 def test_a_node_cannot_be_made_with_a_fraction_of_a_gpu() -> None:
     with pytest.raises(ValueError, match="whole GPUs"):
         LocalScheduler("a", {"GPU": 0.5})
@@ -279,6 +286,12 @@ def test_hard_affinity_to_a_node_too_small_is_infeasible() -> None:
     s = LocalScheduler("a", {"CPU": 1})
     d = only(s.submit(task(1, resources={"CPU": 2}, strategy=NodeAffinity("a"))))
     assert isinstance(d, Infeasible) and d.missing == (("CPU", 2.0, 1.0),)
+
+
+def test_hard_affinity_to_a_node_without_the_labels_says_so() -> None:
+    s = LocalScheduler("a", {"CPU": 1}, labels={"zone": "eu"})
+    d = only(s.submit(task(1, labels={"zone": "us"}, strategy=NodeAffinity("a"))))
+    assert isinstance(d, Infeasible) and "labels {'zone': 'us'}" in d.reason
 
 
 def test_soft_affinity_falls_back_when_the_node_is_dead_or_too_small() -> None:
