@@ -64,6 +64,7 @@ MAX_HOPS = 3
 """Forwards a request may take while chasing free resources; after that it waits in line."""
 
 _CPU = "CPU"
+_NAMED_STRATEGIES: dict[str, Strategy] = {"DEFAULT": DEFAULT, "SPREAD": SpreadStrategy()}
 
 
 class _Running:
@@ -261,7 +262,9 @@ class LocalScheduler:
         return shape
 
     def _route(self, work: QueuedWork) -> list[Decision]:
-        strategy: Strategy = work.req.strategy
+        strategy: Strategy | str = work.req.strategy
+        if isinstance(strategy, str):  # Ray spells these as strings
+            strategy = _NAMED_STRATEGIES.get(strategy.upper(), strategy)
         if isinstance(strategy, PlacementGroupTarget):
             return self._route_to_bundle(work, strategy)
         if isinstance(strategy, NodeAffinity):

@@ -68,13 +68,14 @@ class Request:
     place it (None: an actor with default resources needs 1 CPU; otherwise the same as
     `resources`). `arg_locality` maps node -> bytes of the work's arguments stored there.
     `labels` must all match the chosen node's labels. `hops` counts forwards so far.
+    `strategy` also takes Ray's names "DEFAULT" and "SPREAD".
     """
 
     work_id: WorkId
     kind: Literal["task", "actor"] = "task"
     resources: Mapping[str, float] | ResourceSet | None = None
     placement_resources: Mapping[str, float] | ResourceSet | None = None
-    strategy: Strategy = DEFAULT
+    strategy: Strategy | Literal["DEFAULT", "SPREAD"] = DEFAULT
     arg_locality: Mapping[NodeId, int] = field(default_factory=lambda: _EMPTY_LOCALITY)
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
     name: str = ""

@@ -263,6 +263,16 @@ def test_spread_round_robins_over_nodes_that_fit() -> None:
     assert targets[:3] != targets[1:4]
 
 
+def test_strategies_may_be_named_as_in_ray() -> None:
+    s = LocalScheduler("a", {"CPU": 1})
+    s.update_cluster(cluster_view(b=({"CPU": 4}, None)))
+    first, second = (only(s.submit(task(n, strategy="SPREAD"))) for n in (1, 2))
+    assert {type(first), type(second)} == {Dispatch, Forward}
+    assert isinstance(only(s.submit(task(3, strategy="DEFAULT"))), Forward)
+    with pytest.raises(ValueError, match="'PACKED'"):
+        s.submit(task(4, strategy="PACKED"))
+
+
 def test_hard_affinity_runs_only_on_that_node() -> None:
     s = LocalScheduler("a", {"CPU": 4})
     s.update_cluster(cluster_view(b=({"CPU": 4}, {"CPU": 0})))
