@@ -56,7 +56,7 @@ def _wire(value: Any) -> Any:
             tp = type(item)
             if tp in _ATOMS or (tp is int and _INT_MIN <= item < _INT_END):
                 continue
-            new = _wire(item)
+            new = _wire_list(item) if tp is list else _wire(item)
             if new is not item:
                 if converted is None:
                     converted = dict(value)
@@ -78,7 +78,7 @@ def _wire_list(items: Any) -> Any:
         tp = type(item)
         if tp in _ATOMS or (tp is int and _INT_MIN <= item < _INT_END):
             continue
-        new = _wire(item)
+        new = _wire_list(item) if tp is list else _wire(item)
         if new is not item or type(items) is not list:
             if converted is None:
                 converted = list(items)
