@@ -200,6 +200,10 @@ class ObjectStore:
         e = self._entries.get(object_id)
         return e is not None and not e.freed
 
+    def is_sealed(self, object_id: bytes) -> bool:
+        """Whether readers may pin it yet (a pin that races ahead of seal should wait)."""
+        return self._live(object_id).sealed
+
     def is_spilled(self, object_id: bytes) -> bool:
         return self._live(object_id).location is None
 

@@ -78,8 +78,12 @@ def test_pin_of_an_unknown_object_raises_object_lost(store: ObjectStore) -> None
 
 def test_pin_before_seal_is_refused(store: ObjectStore) -> None:
     store.allocate(oid(1), SIZE, owner="driver")
+    assert not store.is_sealed(oid(1))
     with pytest.raises(ValueError, match="not sealed"):
         store.pin(oid(1), "reader")
+    store.seal(oid(1))
+    assert store.is_sealed(oid(1))
+    store.pin(oid(1), "reader")
 
 
 def test_allocating_an_existing_id_is_refused(store: ObjectStore) -> None:
