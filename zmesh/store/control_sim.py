@@ -52,8 +52,9 @@ class StoreCluster:
         self.members.add(name)
         return store
 
-    def _announce(self, extra: Iterable[str] = ()) -> None:
-        for name in sorted(self.members | set(extra)):
+    def _announce(self) -> None:
+        # Every running store hears of it, members or not (a member that left is a client now).
+        for name in sorted(self.stores):
             if name not in self.net.crashed:
                 self.stores[name].set_members(self.now, self.members)
                 self._wake(name)
@@ -74,7 +75,7 @@ class StoreCluster:
     def leave(self, name: str) -> None:
         """`name` leaves gracefully: it and the others learn the new membership."""
         self.members.discard(name)
-        self._announce(extra=[name])
+        self._announce()
 
     def crash(self, name: str, *, detect: bool = True) -> None:
         """`name` stops dead; with `detect`, the survivors learn it at once."""

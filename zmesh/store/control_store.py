@@ -83,13 +83,14 @@ class StoreConfig:
     retry_backoff: float = 0.02  # wait before resending after a RETRY answer
     resend_interval: float = 0.1  # unacknowledged replication, handoff and subscribe
     gap_timeout: float = 2.0  # deliver past a hole in a key's versions after this long
+    watch_resync_interval: float = 5.0  # subscriptions re-ask their primaries what is newer
     handoff_part_bytes: int = 256 * 1024
 
     def __post_init__(self) -> None:
         if type(self.replication) is not int or self.replication < 1:
             raise ValueError(f"StoreConfig.replication must be an int >= 1, got {self.replication!r}")
         for name in ("request_timeout", "attempt_timeout", "retry_backoff", "resend_interval",
-                     "gap_timeout"):
+                     "gap_timeout", "watch_resync_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"StoreConfig.{name} must be > 0, got {getattr(self, name)!r}")
         if self.handoff_part_bytes < 1024:
@@ -160,7 +161,9 @@ class ControlStore:
             retry_backoff=self.config.retry_backoff,
         )
         self._watches = WatchTable(
-            resend_interval=self.config.resend_interval, gap_timeout=self.config.gap_timeout
+            resend_interval=self.config.resend_interval,
+            gap_timeout=self.config.gap_timeout,
+            resync_interval=self.config.watch_resync_interval,
         )
 
     # -- state ----------------------------------------------------------------------------
@@ -237,7 +240,9 @@ class ControlStore:
     def subscribe(self, now: float, target: str, *, prefix: bool = False) -> int:
         """Watch one key (or every key starting with `target`); returns the subscription id.
 
-        Notifications start with the current values (`initial=True`), then every change."""
+        Notifications start with the current values (`initial=True`), then every change.
+        A completion with op 'subscribe' and rid = the subscription id says when the
+        initial values are all in: changes from then on are never missed."""
         if prefix:
             if not isinstance(target, str) or len(target) > MAX_KEY_CHARS:
                 raise ValueError(f"subscribe: prefix must be a str of at most {MAX_KEY_CHARS} chars")
@@ -254,8 +259,12 @@ class ControlStore:
         self._queue(now, self._watches.remove(sub_id, self._ring))
 
     def drain_completions(self) -> list[Completion]:
-        """Take the requests that finished since the last call."""
-        return self._requests.drain()
+        """Take the requests that finished (and subscriptions that started) since the last call."""
+        started = [
+            Completion(sub_id, "subscribe", target, KvStatus.OK)
+            for sub_id, target in self._watches.drain_established()
+        ]
+        return self._requests.drain() + started
 
     def drain_notifications(self) -> list[Notification]:
         """Take the subscription notifications ready since the last call, in order."""

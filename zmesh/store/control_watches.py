@@ -5,13 +5,14 @@ the subscriber hands each new primary its watches with the last version it has s
 every key (inside the shard handoff, so a primary knows every watcher before it commits
 anything), and the primary answers with whatever is newer. Changes can arrive out of order
 or twice (from the old and the new primary); they are buffered and delivered per key in
-version order, each version once. A hole that stays open for `gap_timeout` (only possible
-after message loss) is delivered anyway with `skipped` saying how many versions were missed.
+version order, each version once. Every `resync_interval` a subscription asks its primaries
+again for anything newer than it has seen, so a lost notification is noticed even when no
+later change follows it. A hole that stays open for `gap_timeout` (only possible after message
+loss) is delivered anyway with `skipped` saying how many versions were missed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from zmesh.core.hashring import HashRing
@@ -63,6 +64,7 @@ class _Sub:
     awaiting: set[str] = field(default_factory=set)  # primaries whose snapshot is missing
     view: int = 0  # the view `awaiting` belongs to
     resend_at: float = 0.0
+    resync_at: float = 0.0
     buffer: dict[str, dict[int, KvRecord]] = field(default_factory=dict)
     gap_since: dict[str, float] = field(default_factory=dict)
     early: list[KvRecord] = field(default_factory=list)  # changes seen before established
@@ -71,11 +73,13 @@ class _Sub:
 class WatchTable:
     """The subscriptions of one member and the notifications ready for its clients."""
 
-    def __init__(self, *, resend_interval: float, gap_timeout: float) -> None:
+    def __init__(self, *, resend_interval: float, gap_timeout: float, resync_interval: float):
         self.resend_interval = resend_interval
         self.gap_timeout = gap_timeout
+        self.resync_interval = resync_interval
         self._subs: dict[int, _Sub] = {}
         self._ready: list[Notification] = []
+        self._established: list[_Sub] = []
 
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self._subs
@@ -107,6 +111,7 @@ class WatchTable:
         sub.view = view
         sub.awaiting = set(self._spanned(sub, ring))
         sub.resend_at = now + self.resend_interval
+        sub.resync_at = now + self.resync_interval
         return [(m, Subscribe(view, self._state_for(sub, m, ring))) for m in sorted(sub.awaiting)]
 
     def states_for(self, member: str, ring: HashRing) -> list[WatchState]:
@@ -148,6 +153,7 @@ class WatchTable:
                     self._emit(sub, record, initial=True)
         if not sub.awaiting:
             sub.established = True
+            self._established.append(sub)
             early, sub.early = sub.early, []
             for record in sorted(early, key=lambda r: r.version):
                 self._order(now, sub, record)
@@ -199,6 +205,9 @@ class WatchTable:
             if sub.awaiting and sub.resend_at <= now:
                 sub.resend_at = now + self.resend_interval
                 out += [(m, Subscribe(view, self._state_for(sub, m, ring))) for m in sorted(sub.awaiting)]
+            elif sub.established and sub.resync_at <= now:
+                sub.resync_at = now + self.resync_interval
+                out += [(m, Subscribe(view, self._state_for(sub, m, ring))) for m in self._spanned(sub, ring)]
             for key, since in list(sub.gap_since.items()):
                 if since + self.gap_timeout <= now:
                     self._skip_gap(sub, key)
@@ -217,6 +226,8 @@ class WatchTable:
         for sub in self._subs.values():
             if sub.awaiting:
                 times.append(sub.resend_at)
+            elif sub.established:
+                times.append(sub.resync_at)
             times.extend(t + self.gap_timeout for t in sub.gap_since.values())
         return min(times, default=None)
 
@@ -225,5 +236,7 @@ class WatchTable:
         ready, self._ready = self._ready, []
         return ready
 
-    def sub_ids(self) -> Iterable[int]:
-        return self._subs.keys()
+    def drain_established(self) -> list[tuple[int, str]]:
+        """Take the (sub_id, target) of subscriptions whose initial snapshot is now complete."""
+        done, self._established = self._established, []
+        return [(sub.sub_id, sub.target) for sub in done]
