@@ -22,7 +22,8 @@ Guarantees, and how they hold:
 - **Requests during a move** wait at the new primary until its barrier completes; a member
   that is not the primary answers RETRY; the in-flight writes of the old view are answered
   RETRY. Clients resend (`control_requests`), and a resent write that already landed is
-  recognised by its writer id (`OpId`) and answered, not applied twice.
+  recognised by its writer id (`OpId`, the key remembers its last 8 writers) and answered
+  with the version it landed at, not applied twice.
 - **Subscribers see each version of each key once, in order**, including deletes; see
   `control_watches` for how a subscription follows its keys from primary to primary.
 
@@ -70,6 +71,9 @@ logger = logging.getLogger(__name__)
 MAX_KEY_CHARS = 4096
 MAX_VALUE_BYTES = 512 * 1024
 """Values ride in message headers (capped at 1 MiB); big data belongs in the object store."""
+
+WRITER_WINDOW = 8
+"""How many recent writers of a key are remembered to recognise a resent write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,8 +444,9 @@ class ControlStore:
         version = current.version if current is not None else 0
         live = current is not None and current.value is not None
         op = OpId(sender, msg.incarnation, msg.rid)
-        if current is not None and current.writer == op:
-            return [(sender, KvReply(msg.rid, KvStatus.OK, version))]  # a resend of a landed write
+        landed = _landed_at(current, op)
+        if landed:  # a resend of a write that already landed: answer it, do not redo it
+            return [(sender, KvReply(msg.rid, KvStatus.OK, landed))]
         if msg.expected_version is not None and msg.expected_version != version:
             value = current.value if current is not None else None
             return [(sender, KvReply(msg.rid, KvStatus.CAS_FAILED, version, value))]
@@ -453,7 +458,10 @@ class ControlStore:
             if not live:
                 return [(sender, KvReply(msg.rid, KvStatus.NOT_FOUND, version))]
             new_value = None
-        record = KvRecord(key, version + 1, new_value, op)
+        earlier: list[OpId] = []
+        if current is not None and current.writer is not None:
+            earlier = [current.writer, *current.earlier[: WRITER_WINDOW - 2]]
+        record = KvRecord(key, version + 1, new_value, op, earlier)
         self._data[key] = record
         replicas = [m for m in self._owners(key) if m != self.name]
         resend_at = now + self.config.resend_interval
@@ -625,6 +633,18 @@ class ControlStore:
             if t is not None:
                 times.append(t)
         return min(times, default=None)
+
+
+def _landed_at(record: KvRecord | None, op: OpId) -> int:
+    """The version `op` wrote, if it is one of the record's last WRITER_WINDOW writes; else 0."""
+    if record is None:
+        return 0
+    if record.writer == op:
+        return record.version
+    for back, writer in enumerate(record.earlier, start=1):
+        if writer == op:
+            return record.version - back
+    return 0
 
 
 def _split(records: list[KvRecord], part_bytes: int) -> list[list[KvRecord]]:

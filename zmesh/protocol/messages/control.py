@@ -61,13 +61,18 @@ class OpId(msgspec.Struct, array_like=True, frozen=True, gc=False):
     rid: NonNegative
 
 
-class KvRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """One key at one version; `value` None is a delete (a tombstone that keeps the version)."""
+class KvRecord(msgspec.Struct, array_like=True, frozen=True, gc=False, omit_defaults=True):
+    """One key at one version; `value` None is a delete (a tombstone that keeps the version).
+
+    `writer` wrote this version; `earlier` wrote the versions just before it, newest first
+    (a short window), so that a resent write is recognised even after others followed it.
+    """
 
     key: Key
     version: NonNegative
     value: bytes | None
     writer: OpId | None = None
+    earlier: list[OpId] = msgspec.field(default_factory=list)
 
 
 class WatchState(msgspec.Struct, array_like=True, frozen=True, gc=False):
