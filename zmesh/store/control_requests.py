@@ -9,6 +9,7 @@ safe to resend: the primary recognises a write that already landed by its `OpId`
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -84,6 +85,8 @@ class RequestTable:
         self.retry_backoff = retry_backoff
         self._pending: dict[int, _Pending] = {}
         self._done: list[Completion] = []
+        # (resend_at, rid), possibly stale: an entry counts only while it matches the request.
+        self._timers: list[tuple[float, int]] = []
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -96,13 +99,17 @@ class RequestTable:
         self._pending[message.rid] = p
         return self._send(now, p, router)
 
+    def _set_timer(self, p: _Pending, at: float) -> None:
+        p.resend_at = at
+        heapq.heappush(self._timers, (at, p.message.rid))
+
     def _send(self, now: float, p: _Pending, router: Router) -> Outbox:
         ring = router.ring
         if not ring.members:  # no member to ask yet: try again once one is known
             p.target = None
-            p.resend_at = now + self.retry_backoff
+            self._set_timer(p, now + self.retry_backoff)
             return []
-        p.resend_at = now + self.attempt_timeout
+        self._set_timer(p, now + self.attempt_timeout)
         if isinstance(p.message, KvList):
             p.message = KvList(p.message.rid, p.message.prefix, router.view)
             p.list_members = ring.members
@@ -117,8 +124,8 @@ class RequestTable:
         if p is None or isinstance(p.message, KvList):
             return  # a late duplicate answer
         if msg.status is KvStatus.RETRY:
-            if sender == p.target:  # a RETRY from an attempt we already gave up on is stale
-                p.resend_at = min(p.resend_at, now + self.retry_backoff)
+            if sender == p.target and now + self.retry_backoff < p.resend_at:
+                self._set_timer(p, now + self.retry_backoff)  # (a RETRY from an older target is stale)
             return
         del self._pending[msg.rid]
         self._done.append(Completion(msg.rid, p.op, p.key, msg.status, msg.version, msg.value))
@@ -129,7 +136,8 @@ class RequestTable:
         if p is None or not isinstance(p.message, KvList) or msg.view != p.message.view:
             return
         if msg.status is not KvStatus.OK:
-            p.resend_at = min(p.resend_at, now + self.retry_backoff)
+            if now + self.retry_backoff < p.resend_at:
+                self._set_timer(p, now + self.retry_backoff)
             return
         p.list_parts[sender] = msg.records
         if set(p.list_parts) >= p.list_members:
@@ -150,9 +158,11 @@ class RequestTable:
     def tick(self, now: float, router: Router) -> Outbox:
         """Resend what is due; give up on requests past their timeout."""
         out: Outbox = []
-        for rid, p in list(self._pending.items()):
-            if p.resend_at > now:
-                continue
+        while self._timers and self._timers[0][0] <= now:
+            at, rid = heapq.heappop(self._timers)
+            p = self._pending.get(rid)
+            if p is None or p.resend_at != at:
+                continue  # stale timer
             if p.give_up_at <= now:
                 del self._pending[rid]
                 self._done.append(Completion(rid, p.op, p.key, KvStatus.TIMEOUT))
@@ -162,7 +172,14 @@ class RequestTable:
 
     def next_deadline(self) -> float | None:
         """When the next resend or give-up is due."""
-        return min((p.resend_at for p in self._pending.values()), default=None)
+        timers = self._timers
+        while timers:
+            at, rid = timers[0]
+            p = self._pending.get(rid)
+            if p is not None and p.resend_at == at:
+                return at
+            heapq.heappop(timers)
+        return None
 
     def drain(self) -> list[Completion]:
         """Take the completed requests, oldest first."""

@@ -112,14 +112,16 @@ class StoreCluster:
     def wait(self, name: str, rid: int, *, timeout: float = 30.0) -> Completion:
         """Run until request `rid` of member `name` completes; TimeoutError past `timeout`."""
         end = self.now + timeout
-        while rid not in self.results[name]:
+        store, results = self.stores[name], self.results[name]
+        while rid not in results:
+            for done in store.drain_completions():
+                results[done.rid] = done
+            if rid in results:
+                break
             if self.now >= end or not self.net.step():
-                self._collect()
-                if rid in self.results[name]:
-                    break
                 raise TimeoutError(f"request {rid} of {name} did not complete by t={self.now:.3f}")
-            self._collect()
-        return self.results[name][rid]
+        self._collect()
+        return results[rid]
 
     def settle(self, *, timeout: float = 30.0, step: float = 0.01) -> None:
         """Run until every live member is settled (ready, every handoff confirmed)."""

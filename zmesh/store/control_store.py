@@ -35,6 +35,7 @@ name or incarnation. Tombstones are kept, not collected.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -147,6 +148,7 @@ class ControlStore:
         self._ready = False
         self._data: dict[str, KvRecord] = {}
         self._inflight: dict[str, _Write] = {}
+        self._write_timers: list[tuple[float, str, int]] = []  # (resend_at, key, version), lazy
         self._queued: dict[str, deque[tuple[str, KvPut | KvDelete]]] = {}
         self._parked: list[tuple[str, KvGet | KvPut | KvDelete]] = []
         self._awaiting: dict[str, _Incoming] = {}
@@ -317,6 +319,7 @@ class ControlStore:
             out += [(sender, KvReply(msg.rid, KvStatus.RETRY)) for sender, msg in queue]
         out += [(sender, KvReply(msg.rid, KvStatus.RETRY)) for sender, msg in self._parked]
         self._inflight.clear()
+        self._write_timers.clear()
         self._queued.clear()
         self._parked = []
         return out
@@ -466,6 +469,8 @@ class ControlStore:
         replicas = [m for m in self._owners(key) if m != self.name]
         resend_at = now + self.config.resend_interval
         self._inflight[key] = _Write(record, current, sender, msg.rid, set(replicas), resend_at)
+        if replicas:
+            heapq.heappush(self._write_timers, (resend_at, key, record.version))
         return [(r, Replicate(self._view, record)) for r in replicas]
 
     def _commit(self, key: str) -> Outbox:
@@ -614,17 +619,32 @@ class ControlStore:
         if self._handoff_out and self._handoff_resend_at <= now:
             self._handoff_resend_at = now + self.config.resend_interval
             out += [(dest, msg) for (dest, _), msg in self._handoff_out.items()]
-        for write in self._inflight.values():
-            if write.waiting and write.resend_at <= now:
+        while self._write_timers and self._write_timers[0][0] <= now:
+            at, key, version = heapq.heappop(self._write_timers)
+            write = self._live_write(at, key, version)
+            if write is not None:  # unacknowledged: resend to the replicas still missing it
                 write.resend_at = now + self.config.resend_interval
+                heapq.heappush(self._write_timers, (write.resend_at, key, version))
                 out += [(r, Replicate(self._view, write.record)) for r in sorted(write.waiting)]
         out += self._requests.tick(now, self)
         out += self._watches.tick(now, self._ring, self._view)
         return self._deliver(now, out)
 
+    def _live_write(self, at: float, key: str, version: int) -> _Write | None:
+        write = self._inflight.get(key)
+        if write is None or write.record.version != version or write.resend_at != at:
+            return None
+        return write if write.waiting else None
+
     def next_deadline(self) -> float | None:
         """When `tick` next has something to do, or None."""
-        times = [w.resend_at for w in self._inflight.values() if w.waiting]
+        times = []
+        while self._write_timers:
+            at, key, version = self._write_timers[0]
+            if self._live_write(at, key, version) is not None:
+                times.append(at)
+                break
+            heapq.heappop(self._write_timers)
         if self._outbox:
             times.append(self._wake_at)
         if self._handoff_out:
