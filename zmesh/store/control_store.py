@@ -34,14 +34,13 @@ name or incarnation. Tombstones are kept, not collected.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import logging
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from zmesh.core.hashring import DEFAULT_VNODES, HashRing
+from zmesh.core.hashring import HashRing
 from zmesh.protocol.messages.control import (
     Handoff,
     HandoffAck,
@@ -62,53 +61,24 @@ from zmesh.protocol.messages.control import (
     Unsubscribe,
     WatchState,
 )
+from zmesh.store.control_config import (
+    WRITER_WINDOW,
+    StoreConfig,
+    check_key,
+    check_prefix,
+    check_value,
+    check_version,
+    landed_at,
+    split_parts,
+    view_id,
+)
 from zmesh.store.control_requests import Completion, Outbox, RequestTable
-from zmesh.store.control_watches import Notification, WatchTable, watch_matches
+from zmesh.store.control_watchers import WatcherRegistry
+from zmesh.store.control_watches import Notification, WatchTable
 
 __all__ = ["ControlStore", "StoreConfig", "Completion", "Notification", "KvStatus", "view_id"]
 
 logger = logging.getLogger(__name__)
-
-MAX_KEY_CHARS = 4096
-MAX_VALUE_BYTES = 512 * 1024
-"""Values ride in message headers (capped at 1 MiB); big data belongs in the object store."""
-
-WRITER_WINDOW = 8
-"""How many recent writers of a key are remembered to recognise a resent write."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoreConfig:
-    """Tuning of one control store member; times are seconds on the caller's clock."""
-
-    replication: int = 3
-    vnodes: int = DEFAULT_VNODES
-    request_timeout: float = 10.0  # a request completes with TIMEOUT after this long
-    attempt_timeout: float = 0.5  # resend to the (maybe new) primary after this long
-    retry_backoff: float = 0.02  # wait before resending after a RETRY answer
-    resend_interval: float = 0.1  # unacknowledged replication, handoff and subscribe
-    gap_timeout: float = 2.0  # deliver past a hole in a key's versions after this long
-    watch_resync_interval: float = 5.0  # subscriptions re-ask their primaries what is newer
-    handoff_part_bytes: int = 256 * 1024
-
-    def __post_init__(self) -> None:
-        if type(self.replication) is not int or self.replication < 1:
-            raise ValueError(f"StoreConfig.replication must be an int >= 1, got {self.replication!r}")
-        for name in ("request_timeout", "attempt_timeout", "retry_backoff", "resend_interval",
-                     "gap_timeout", "watch_resync_interval"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"StoreConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        if self.handoff_part_bytes < 1024:
-            raise ValueError(
-                f"StoreConfig.handoff_part_bytes must be >= 1024, got {self.handoff_part_bytes!r}"
-            )
-
-
-def view_id(members: Iterable[str]) -> int:
-    """The fingerprint of a member set: equal sets give equal views on every member."""
-    text = "\n".join(sorted(members)).encode("utf-8")
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
-
 
 @dataclass(slots=True)
 class _Write:
@@ -124,9 +94,6 @@ class _Write:
 class _Incoming:
     parts: int = 0
     received: set[int] = field(default_factory=set)
-
-
-WatchKey = tuple[str, int]  # (subscriber, sub_id)
 
 
 class ControlStore:
@@ -150,14 +117,12 @@ class ControlStore:
         self._inflight: dict[str, _Write] = {}
         self._write_timers: list[tuple[float, str, int]] = []  # (resend_at, key, version), lazy
         self._queued: dict[str, deque[tuple[str, KvPut | KvDelete]]] = {}
-        self._parked: list[tuple[str, KvGet | KvPut | KvDelete]] = []
+        # Requests waiting for the handoff barrier, once per (sender, rid) however often resent.
+        self._parked: dict[tuple[str, int], KvGet | KvPut | KvDelete] = {}
         self._awaiting: dict[str, _Incoming] = {}
         self._handoff_out: dict[tuple[str, int], Handoff] = {}
         self._handoff_resend_at = 0.0
-        self._watchers: dict[WatchKey, WatchState] = {}
-        self._key_watchers: dict[str, set[WatchKey]] = {}
-        self._prefix_watchers: set[WatchKey] = set()
-        self._catchup: dict[WatchKey, None] = {}
+        self._watchers = WatcherRegistry()
         self._outbox: Outbox = []
         self._wake_at = 0.0
         self._next_id = 1
@@ -199,7 +164,7 @@ class ControlStore:
     # -- client API -----------------------------------------------------------------------
     def get(self, now: float, key: str) -> int:
         """Read `key`; completes OK with value and version, or NOT_FOUND."""
-        _check_key(key)
+        check_key(key)
         rid = self._new_id()
         self._queue(now, self._requests.start(now, "get", key, KvGet(rid, key), self))
         return rid
@@ -216,9 +181,9 @@ class ControlStore:
         """Write `key`. With `expected_version` only if the key is at that version (0: never
         existed), else CAS_FAILED; with `if_absent` only if it has no live value, else EXISTS
         with the current value (get-if-exists). Completes with the new version."""
-        _check_key(key)
-        data = _check_value(key, value)
-        _check_version(expected_version)
+        check_key(key)
+        data = check_value(key, value)
+        check_version(expected_version)
         if if_absent and expected_version is not None:
             raise ValueError(f"put({key!r}): give expected_version or if_absent, not both")
         rid = self._new_id()
@@ -228,8 +193,8 @@ class ControlStore:
 
     def delete(self, now: float, key: str, *, expected_version: int | None = None) -> int:
         """Delete `key` (NOT_FOUND if it has no live value), optionally only at a version."""
-        _check_key(key)
-        _check_version(expected_version)
+        check_key(key)
+        check_version(expected_version)
         rid = self._new_id()
         msg = KvDelete(rid, key, expected_version, self.incarnation)
         self._queue(now, self._requests.start(now, "delete", key, msg, self))
@@ -237,8 +202,7 @@ class ControlStore:
 
     def list_prefix(self, now: float, prefix: str) -> int:
         """List the live records whose keys start with `prefix`, from every shard."""
-        if not isinstance(prefix, str) or len(prefix) > MAX_KEY_CHARS:
-            raise ValueError(f"list_prefix: prefix must be a str of at most {MAX_KEY_CHARS} chars")
+        check_prefix("list_prefix", prefix)
         rid = self._new_id()
         self._queue(now, self._requests.start(now, "list", prefix, KvList(rid, prefix, 0), self))
         return rid
@@ -250,10 +214,9 @@ class ControlStore:
         A completion with op 'subscribe' and rid = the subscription id says when the
         initial values are all in: changes from then on are never missed."""
         if prefix:
-            if not isinstance(target, str) or len(target) > MAX_KEY_CHARS:
-                raise ValueError(f"subscribe: prefix must be a str of at most {MAX_KEY_CHARS} chars")
+            check_prefix("subscribe", target)
         else:
-            _check_key(target)
+            check_key(target)
         sub_id = self._new_id()
         self._queue(now, self._watches.add(now, sub_id, target, prefix, self._ring, self._view))
         return sub_id
@@ -303,9 +266,6 @@ class ControlStore:
         self._awaiting = {}
         self._handoff_out = {}
         self._watchers.clear()
-        self._key_watchers.clear()
-        self._prefix_watchers.clear()
-        self._catchup = {}
         inside = self.name in members
         if inside:
             out += self._start_handoff(now)
@@ -317,11 +277,11 @@ class ControlStore:
         out: Outbox = [(w.client, KvReply(w.rid, KvStatus.RETRY)) for w in self._inflight.values()]
         for queue in self._queued.values():
             out += [(sender, KvReply(msg.rid, KvStatus.RETRY)) for sender, msg in queue]
-        out += [(sender, KvReply(msg.rid, KvStatus.RETRY)) for sender, msg in self._parked]
+        out += [(sender, KvReply(rid, KvStatus.RETRY)) for sender, rid in self._parked]
         self._inflight.clear()
         self._write_timers.clear()
         self._queued.clear()
-        self._parked = []
+        self._parked = {}
         return out
 
     def _owners(self, key: str) -> list[str]:
@@ -338,7 +298,7 @@ class ControlStore:
         out: Outbox = []
         for m in others:
             watches = self._watches.states_for(m, self._ring)
-            parts = _split(per_member[m], self.config.handoff_part_bytes)
+            parts = split_parts(per_member[m], self.config.handoff_part_bytes)
             for i, records in enumerate(parts):
                 msg = Handoff(self._view, i, len(parts), records, watches if i == 0 else [])
                 self._handoff_out[(m, i)] = msg
@@ -353,13 +313,10 @@ class ControlStore:
     def _become_ready(self, now: float) -> Outbox:
         self._ready = True
         out: Outbox = []
-        for wk in self._catchup:
-            watch = self._watchers.get(wk)
-            if watch is not None:
-                out.append((wk[0], self._snapshot(watch)))
-        self._catchup = {}
-        parked, self._parked = self._parked, []
-        for sender, msg in parked:
+        for (subscriber, _), watch in self._watchers.take_owed():
+            out.append((subscriber, self._snapshot(watch)))
+        parked, self._parked = self._parked, {}
+        for (sender, _), msg in parked.items():
             out += self._on_request(now, sender, msg)
         return out
 
@@ -401,7 +358,7 @@ class ControlStore:
         if self.name not in self._ring or self._ring.primary(msg.key) != self.name:
             return [(sender, KvReply(msg.rid, KvStatus.RETRY))]
         if not self._ready:
-            self._parked.append((sender, msg))
+            self._parked[(sender, msg.rid)] = msg
             return []
         if isinstance(msg, KvGet):
             return [(sender, self._read(msg))]
@@ -447,7 +404,7 @@ class ControlStore:
         version = current.version if current is not None else 0
         live = current is not None and current.value is not None
         op = OpId(sender, msg.incarnation, msg.rid)
-        landed = _landed_at(current, op)
+        landed = landed_at(current, op)
         if landed:  # a resend of a write that already landed: answer it, do not redo it
             return [(sender, KvReply(msg.rid, KvStatus.OK, landed))]
         if msg.expected_version is not None and msg.expected_version != version:
@@ -510,28 +467,8 @@ class ControlStore:
 
     # -- primary: watches -----------------------------------------------------------------
     def _hold_watch(self, subscriber: str, watch: WatchState) -> Outbox:
-        wk = (subscriber, watch.sub_id)
-        self._drop_watch(wk)
-        self._watchers[wk] = watch
-        if watch.prefix:
-            self._prefix_watchers.add(wk)
-        else:
-            self._key_watchers.setdefault(watch.target, set()).add(wk)
-        if self._ready:
-            return [(subscriber, self._snapshot(watch))]
-        self._catchup[wk] = None
-        return []
-
-    def _drop_watch(self, wk: WatchKey) -> None:
-        watch = self._watchers.pop(wk, None)
-        if watch is None:
-            return
-        self._prefix_watchers.discard(wk)
-        holders = self._key_watchers.get(watch.target)
-        if holders is not None:
-            holders.discard(wk)
-            if not holders:
-                del self._key_watchers[watch.target]
+        self._watchers.hold(subscriber, watch, owe_snapshot=not self._ready)
+        return [(subscriber, self._snapshot(watch))] if self._ready else []
 
     def _snapshot(self, watch: WatchState) -> SubSnapshot:
         if watch.prefix:
@@ -550,13 +487,7 @@ class ControlStore:
         return SubSnapshot(self._view, watch.sub_id, records)
 
     def _notify(self, record: KvRecord) -> Outbox:
-        out: Outbox = []
-        for wk in self._key_watchers.get(record.key, ()):
-            out.append((wk[0], Notify(wk[1], record)))
-        for wk in self._prefix_watchers:
-            if watch_matches(self._watchers[wk], record.key):
-                out.append((wk[0], Notify(wk[1], record)))
-        return out
+        return [(wk[0], Notify(wk[1], record)) for wk in self._watchers.watching(record.key)]
 
     def _on_subscribe(self, sender: str, msg: Subscribe) -> Outbox:
         watch = msg.watch
@@ -595,7 +526,7 @@ class ControlStore:
         elif isinstance(msg, Subscribe):
             return self._on_subscribe(sender, msg)
         elif isinstance(msg, Unsubscribe):
-            self._drop_watch((sender, msg.sub_id))
+            self._watchers.drop((sender, msg.sub_id))
         else:
             logger.warning("control store %s dropped %s from %s: not a control store message",
                            self.name, type(msg).__name__, sender)
@@ -653,55 +584,3 @@ class ControlStore:
             if t is not None:
                 times.append(t)
         return min(times, default=None)
-
-
-def _landed_at(record: KvRecord | None, op: OpId) -> int:
-    """The version `op` wrote, if it is one of the record's last WRITER_WINDOW writes; else 0."""
-    if record is None:
-        return 0
-    if record.writer == op:
-        return record.version
-    for back, writer in enumerate(record.earlier, start=1):
-        if writer == op:
-            return record.version - back
-    return 0
-
-
-def _split(records: list[KvRecord], part_bytes: int) -> list[list[KvRecord]]:
-    """Records in parts of about `part_bytes` (at least one part, maybe empty)."""
-    parts: list[list[KvRecord]] = [[]]
-    size = 0
-    for record in records:
-        cost = len(record.key) + len(record.value or b"") + 48
-        if parts[-1] and size + cost > part_bytes:
-            parts.append([])
-            size = 0
-        parts[-1].append(record)
-        size += cost
-    return parts
-
-
-def _check_key(key: object) -> None:
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"control store keys are non-empty strings, got {key!r}")
-    if len(key) > MAX_KEY_CHARS:
-        raise ValueError(f"control store key of {len(key)} chars exceeds {MAX_KEY_CHARS}: {key[:60]!r}...")
-
-
-def _check_value(key: str, value: object) -> bytes:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise TypeError(f"put({key!r}): value must be bytes, got {type(value).__name__}")
-    data = bytes(value)
-    if len(data) > MAX_VALUE_BYTES:
-        raise ValueError(
-            f"put({key!r}): value of {len(data)} bytes exceeds {MAX_VALUE_BYTES}; "
-            "store big data in the object store and put its reference here"
-        )
-    return data
-
-
-def _check_version(expected_version: object) -> None:
-    if expected_version is not None and (
-        type(expected_version) is not int or expected_version < 0
-    ):
-        raise ValueError(f"expected_version must be an int >= 0 or None, got {expected_version!r}")
