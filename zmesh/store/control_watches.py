@@ -9,6 +9,10 @@ version order, each version once. Every `resync_interval` a subscription asks it
 again for anything newer than it has seen, so a lost notification is noticed even when no
 later change follows it. A hole that stays open for `gap_timeout` (only possible after message
 loss) is delivered anyway with `skipped` saying how many versions were missed.
+
+A store that is not a member itself (it sends no handoff) resubscribes with `Subscribe`
+after each membership change instead; a write committed by a new primary before that
+arrives can then only be reported with `skipped`, so subscribe through a member.
 """
 
 from __future__ import annotations
