@@ -36,6 +36,9 @@ class ActorClass:
         self._is_async = any(inspect.iscoroutinefunction(f)
                              for f in vars(cls).values() if callable(f))
 
+    def __reduce__(self) -> Any:
+        return (ActorClass, (self._cls, self._options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor class {self.__name__} cannot be instantiated directly; "
                         f"use {self.__name__}.remote(...)")
@@ -59,7 +62,7 @@ class ActorClass:
             found = client.get_named_actor(name, namespace)
             if found is not None:
                 if opts.get("get_if_exists"):
-                    return found
+                    return found  # type: ignore[no-any-return]
                 raise ValueError(f"an actor named {name!r} already exists in namespace "
                                  f"{namespace!r}; use get_if_exists=True to reuse it")
         self._exported.ensure()

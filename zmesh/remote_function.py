@@ -55,6 +55,9 @@ class RemoteFunction(Generic[R]):
         self.__doc__ = fn.__doc__
         self._cache: tuple[Any, ...] | None = None
 
+    def __reduce__(self) -> Any:
+        return (RemoteFunction, (self._function, self._options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"remote function {self.__name__} cannot be called directly; "
                         f"use {self.__name__}.remote(...)")

@@ -45,7 +45,7 @@ class TaskError(ZmeshError):
         derived = _derived.get(cls)
         if derived is None:
             try:
-                derived = type(f"TaskError({cls.__name__})", (TaskError, cls), {})
+                derived = type(f"TaskError({cls.__name__})", (TaskError, cls), {})  # type: ignore[call-overload]
                 derived.__module__ = "zmesh.exceptions"
             except TypeError:  # a class that cannot be subclassed (final, layout conflict)
                 return self
@@ -58,7 +58,7 @@ class TaskError(ZmeshError):
         err.args = cause.args
         TaskError.__init__(err, self.function_name, self.traceback_str, cause, self.pid)
         err.args = cause.args
-        return err
+        return err  # type: ignore[no-any-return]
 
 
 def _rebuild(function_name: str, tb: str, cause: BaseException | None, pid: int) -> TaskError:

@@ -118,7 +118,7 @@ class ActorCaller:
 
         self.client._request_borrowed(top_refs)
         for i, ref in enumerate(top_refs):
-            if not self.client.objects.when_ready(ref.id, lambda v, i=i: on_ready(i, v)):
+            if not self.client.objects.when_ready(ref.id, _bind(on_ready, i)):
                 on_ready(i, values.encode_error(ValueError(f"argument {ref!r} is unknown")))
 
     def _dispatch(self, rec: ActorRecord, call: Call) -> None:
@@ -196,3 +196,7 @@ class ActorCaller:
                 self.client.loop.send(self.client.node_address, m.FreeObjects(object_ids=[oid]))
         if call.release:
             objects.remove_submitted(call.release)
+
+
+def _bind(fn: Any, index: int) -> Any:
+    return lambda value: fn(index, value)

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from zmesh import serializers as registry
 from zmesh.object_ref import ObjectRef
 from zmesh.protocol.messages.runtime import Args, Value
 from zmesh.runtime import context, values
-from zmesh import serializers as registry
 from zmesh.serializers import layout
 
 
 class ArgRef(NamedTuple):
     """Placeholder for the value of the i-th top-level ref argument."""
 
-    index: int
+    index: int  # type: ignore[assignment]
 
 
 def pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -37,6 +37,12 @@ def pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]
     a = tuple(swap(v) for v in args)
     k = {key: swap(v) for key, v in kwargs.items()} if kwargs else {}
     s, nested = values.serialize((a, k))
+    if s.nbytes > values.INLINE_LIMIT:
+        # too big to travel in the message: put each argument in the store, pass refs
+        client = context.current_client()
+        a = tuple(v if type(v) is ArgRef else swap(client.put(v)) for v in a)
+        k = {key: v if type(v) is ArgRef else swap(client.put(v)) for key, v in k.items()}
+        s, nested = values.serialize((a, k))
     return values.pack(s), top, nested
 
 

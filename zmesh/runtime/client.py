@@ -290,7 +290,7 @@ class CoreClient:
                     break
                 table.ready.wait(left)
         ready_set = set()
-        out_ready = []
+        out_ready: list[ObjectRef] = []
         for r in refs:
             if len(out_ready) < num_returns and table.value_of(r.id) is not None:
                 out_ready.append(r)

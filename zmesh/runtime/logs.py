@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-_prefix = "(worker pid=%d)" % os.getpid()
+_prefix = f"(worker pid={os.getpid()})"
 
 
 def set_prefix(prefix: str) -> None:

@@ -88,7 +88,7 @@ class Node:
         self.leases: dict[bytes, LeaseInfo] = {}
         self.waiting_for_worker: list[tuple[bytes, Dispatch]] = []
         self.functions: dict[bytes, bytes] = {}
-        self.warned: set[str] = set()
+        self.warned: set[tuple[str, str]] = set()
         self.stopping = False
         self.pool = WorkerPool(self.address, session_dir, self.loop.call_soon, self._worker_exited)
         self.actors = ActorManager(self)
@@ -263,7 +263,7 @@ class Node:
     def warn(self, owner: str | None, subject: str, text: str) -> None:
         if owner is None or (subject, text) in self.warned:
             return
-        self.warned.add((subject, text))  # type: ignore[arg-type]
+        self.warned.add((subject, text))
         self.loop.send(owner, m.DriverWarning(text=text, subject=subject))
 
     def _on_failed(self, d: Failed) -> None:

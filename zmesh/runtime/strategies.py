@@ -24,7 +24,7 @@ def encode_strategy(strategy: Any, *, pg_default: Any = None) -> bytes:
     kind = type(strategy).__name__
     if kind == "PlacementGroupSchedulingStrategy":
         pg = strategy.placement_group
-        return msgspec.msgpack.encode(["pg", pg.id, int(strategy.placement_group_bundle_index)])
+        return msgspec.msgpack.encode(["pg", pg.id.hex(), int(strategy.placement_group_bundle_index)])
     if kind == "NodeAffinitySchedulingStrategy":
         return msgspec.msgpack.encode(["node", str(strategy.node_id), bool(strategy.soft)])
     raise ValueError(f"unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD', "
@@ -39,7 +39,7 @@ def decode_strategy(data: bytes) -> Strategy:
     if parts[0] == "spread":
         return SpreadStrategy()
     if parts[0] == "pg":
-        return PlacementGroupTarget(bytes(parts[1]), int(parts[2]))
+        return PlacementGroupTarget(str(parts[1]), int(parts[2]))
     if parts[0] == "node":
         return NodeAffinity(parts[1], bool(parts[2]))
     raise ValueError(f"unknown strategy {parts[0]!r}")

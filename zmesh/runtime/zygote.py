@@ -75,13 +75,13 @@ def main(fd: int, node_address: str, session_dir: str) -> None:
     write_record(sock, {"op": "ready", "pid": os.getpid()})
     while True:
         try:
-            readable, _, _ = select.select([sock, rfd], [], [])
+            readable, _, _ = select.select([sock.fileno(), rfd], [], [])
         except InterruptedError:
             continue
         if rfd in readable:
             os.read(rfd, 4096)
         _reap(sock, children)
-        if sock in readable:
+        if sock.fileno() in readable:
             chunk = sock.recv(65536)
             if not chunk:
                 break

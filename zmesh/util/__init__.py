@@ -1,5 +1,6 @@
 """zmesh.util: placement groups and scheduling strategies, under Ray's names."""
 
+from zmesh.util import scheduling_strategies
 from zmesh.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
@@ -7,7 +8,6 @@ from zmesh.util.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
-from zmesh.util import scheduling_strategies
 
 __all__ = [
     "PlacementGroup",
