@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 import numpy as np
+
 from zmesh.serializers import (
     SerializerRegistry,
     pack_into,

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import zmq
+
 from zmesh.transports import Endpoint, open_endpoint
 
 PAYLOAD = 100

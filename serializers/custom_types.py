@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from zmesh.serializers.base import Buffer, Serialized, Serializer, type_name
 
 from zmesh.errors import SerializationError
+from zmesh.serializers.base import Buffer, Serialized, Serializer, type_name
 
 if TYPE_CHECKING:
     from zmesh.serializers.registry import SerializerRegistry

@@ -15,9 +15,9 @@ import struct
 from collections.abc import Sequence
 
 import msgspec
-from zmesh.serializers.base import Buffer, Serialized
 
 from zmesh.errors import SerializationError
+from zmesh.serializers.base import Buffer, Serialized
 
 MAGIC = b"ZMS1"
 ALIGN = 64

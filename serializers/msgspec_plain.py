@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from zmesh.serializers.base import Buffer, Serializer, type_name
 
 from zmesh.errors import SerializationError
+from zmesh.serializers.base import Buffer, Serializer, type_name
 
 _EXT_TUPLE = 1
 _EXT_SET = 2

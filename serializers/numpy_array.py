@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from zmesh.serializers.base import Buffer, Serializer
 
 from zmesh.errors import SerializationError
+from zmesh.serializers.base import Buffer, Serializer
 
 # Fixed-size element kinds whose bytes are the whole value: no pointers, no fields.
 _RAW_KINDS = frozenset("biufcmMSUV")

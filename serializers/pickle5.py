@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
+
+from zmesh.errors import SerializationError
 from zmesh.serializers.base import Buffer, Serializer
 from zmesh.serializers.remote_exceptions import reduce_exception
 from zmesh.serializers.torch_tensor import tensor_from_parts, tensor_supported, tensor_to_parts
 from zmesh.serializers.unpicklable import describe_unpicklable
-
-from zmesh.errors import SerializationError
 
 #: type -> (to_serializable, from_serializable), as given to `register_serializer`.
 CustomReducers = Mapping[type, tuple[Callable[[Any], object], Callable[[Any], Any]]]

@@ -11,14 +11,13 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from zmesh.errors import SerializationError, UntrustedSerializerError
 from zmesh.serializers.base import Buffer, Serialized, Serializer, type_name
 from zmesh.serializers.custom_types import CustomTypeSerializer
 from zmesh.serializers.msgspec_plain import MsgspecSerializer
 from zmesh.serializers.numpy_array import NumpySerializer
 from zmesh.serializers.pickle5 import Pickle5Serializer
 from zmesh.serializers.torch_tensor import TorchSerializer
-
-from zmesh.errors import SerializationError, UntrustedSerializerError
 
 T = TypeVar("T")
 

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from zmesh.errors import SerializationError
 from zmesh.serializers.base import Buffer, Serializer
 from zmesh.serializers.numpy_array import (
     ArrayHeader,
@@ -21,8 +22,6 @@ from zmesh.serializers.numpy_array import (
     dense_axis_order,
     encode_header,
 )
-
-from zmesh.errors import SerializationError
 
 # Wire names of the dtypes a tensor may carry as raw bytes (attribute names on `torch`).
 _DTYPE_NAMES = (

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 import zmq
+
 from zmesh.transports import Endpoint, live_endpoints
 
 __all__ = ["LeakCheck", "TransportLeak", "ipc_dir", "no_transport_leaks", "private_ipc_dir"]

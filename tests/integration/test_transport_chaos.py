@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import transport_fixtures
 from transport_fixtures import LeakCheck
+
 from zmesh.transports import ChaosEndpoint, MemoryNetwork, open_endpoint
 
 ipc_dir = transport_fixtures.ipc_dir

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import transport_fixtures
 from transport_fixtures import LeakCheck
-from zmesh.transports import ChaosEndpoint, Endpoint, MemoryNetwork, open_endpoint
 
 from zmesh.errors import TransportError
+from zmesh.transports import ChaosEndpoint, Endpoint, MemoryNetwork, open_endpoint
 
 # Shared transport fixtures, requested by name below.
 ipc_dir = transport_fixtures.ipc_dir

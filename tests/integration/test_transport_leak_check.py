@@ -9,6 +9,7 @@ import pytest
 import transport_fixtures
 import zmq
 from transport_fixtures import LeakCheck, TransportLeak, private_ipc_dir
+
 from zmesh.transports import live_endpoints, open_endpoint
 
 # Shared transport fixtures, requested by name below.

@@ -10,9 +10,9 @@ import pytest
 import transport_fixtures
 import zmq
 from transport_fixtures import LeakCheck
-from zmesh.transports import ZmqEndpoint, open_endpoint
 
 from zmesh.errors import TransportError
+from zmesh.transports import ZmqEndpoint, open_endpoint
 
 ipc_dir = transport_fixtures.ipc_dir
 no_transport_leaks = transport_fixtures.no_transport_leaks

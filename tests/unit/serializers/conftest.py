@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from serializer_helpers import make_registry
+
 from zmesh.serializers import SerializerRegistry
 
 

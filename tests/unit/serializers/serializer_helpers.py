@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
+
 from zmesh.serializers import SerializerRegistry
 
 

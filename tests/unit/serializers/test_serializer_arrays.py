@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from serializer_helpers import assert_same
+
 from zmesh.serializers import Serialized, SerializerRegistry
 
 RAW_DTYPES = [
@@ -113,9 +114,8 @@ def test_object_structured_and_subclassed_arrays_fall_back_to_pickle(
 
 
 def test_numpy_refuses_object_dtype_headers_from_the_wire(registry: SerializerRegistry) -> None:
-    from zmesh.serializers.numpy_array import ArrayHeader, encode_header
-
     from zmesh.errors import SerializationError
+    from zmesh.serializers.numpy_array import ArrayHeader, encode_header
 
     forged = encode_header(ArrayHeader("|O", [2], [8]))
     with pytest.raises(SerializationError, match="not a raw fixed-size dtype"):

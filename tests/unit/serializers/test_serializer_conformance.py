@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serializer_helpers import Point, assert_same, plain_data
-from zmesh.serializers import Serialized, SerializerRegistry
 
 from zmesh.errors import SerializationError
+from zmesh.serializers import Serialized, SerializerRegistry
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 

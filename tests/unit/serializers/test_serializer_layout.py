@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serializer_helpers import assert_same, plain_data
+
+from zmesh.errors import SerializationError
 from zmesh.serializers import (
     Serialized,
     SerializerRegistry,
@@ -19,8 +21,6 @@ from zmesh.serializers import (
     unpack_from,
 )
 from zmesh.serializers.layout import ALIGN
-
-from zmesh.errors import SerializationError
 
 
 def packed(s: Serialized) -> bytearray:

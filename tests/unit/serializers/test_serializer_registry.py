@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-import zmesh.serializers as zs
 from serializer_helpers import Point
-from zmesh.serializers import Buffer, Serialized, Serializer, SerializerRegistry, remote_traceback
 
+import zmesh.serializers as zs
 from zmesh.errors import SerializationError, UntrustedSerializerError
+from zmesh.serializers import Buffer, Serialized, Serializer, SerializerRegistry, remote_traceback
 
 
 @pytest.mark.parametrize(

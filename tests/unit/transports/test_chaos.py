@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import transport_fixtures
 from transport_fixtures import LeakCheck
+
 from zmesh.transports import ChaosEndpoint, MemoryNetwork
 
 no_transport_leaks = transport_fixtures.no_transport_leaks

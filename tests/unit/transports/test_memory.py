@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import transport_fixtures
 from transport_fixtures import LeakCheck
-from zmesh.transports import MemoryNetwork, live_endpoints, open_endpoint
 
 from zmesh.errors import TransportError
+from zmesh.transports import MemoryNetwork, live_endpoints, open_endpoint
 
 no_transport_leaks = transport_fixtures.no_transport_leaks
 

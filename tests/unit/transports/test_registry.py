@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from zmesh.errors import TransportError
 from zmesh.transports import (
     Endpoint,
     MemoryNetwork,
@@ -14,8 +16,6 @@ from zmesh.transports import (
     registered_schemes,
 )
 from zmesh.transports import registry as registry_module
-
-from zmesh.errors import TransportError
 
 
 @pytest.fixture
