@@ -19,14 +19,22 @@ from zmesh.store.sweep import default_store_root
 
 
 def zmesh_processes() -> list[psutil.Process]:
-    """Processes of this user that run zmesh's node, fork server or workers."""
-    out = []
-    me = os.getpid()
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if p.pid != me and ("zmesh.runtime.node" in cmd or "zmesh.runtime.zygote" in cmd):
-            out.append(p)
-    return out
+    """This process's descendants: zmesh nodes, fork servers and workers it started."""
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def all_gone(procs: list[psutil.Process]) -> bool:
+    """True once every process in `procs` has exited (zombies count as gone)."""
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.Error:
+            pass
+    return True
 
 
 def store_dirs() -> set[str]:
@@ -57,10 +65,11 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool
 def no_zmesh_leaks() -> Iterator[None]:
     before_stores, before_sessions = store_dirs(), session_dirs()
     yield
+    procs = zmesh_processes()
     if zmesh.is_initialized():
         zmesh.shutdown()
-    assert wait_until(lambda: not zmesh_processes()), \
-        f"zmesh processes left running: {[p.info['cmdline'] for p in zmesh_processes()]}"
+    assert wait_until(lambda: all_gone(procs + zmesh_processes())), \
+        f"zmesh processes left running: {[p.pid for p in procs if p.is_running()]}"
     assert wait_until(lambda: not (store_dirs() - before_stores)), \
         f"object store dirs left: {store_dirs() - before_stores}"
     assert not (session_dirs() - before_sessions), \
@@ -72,8 +81,9 @@ def zmesh_module() -> Iterator[None]:
     """One runtime (2 CPUs) shared by the tests of a module; torn down and checked after."""
     zmesh.init(num_cpus=2)
     yield
+    procs = zmesh_processes()
     zmesh.shutdown()
-    assert wait_until(lambda: not zmesh_processes()), "zmesh processes left after shutdown"
+    assert wait_until(lambda: all_gone(procs)), "zmesh processes left after shutdown"
 
 
 @pytest.fixture

@@ -221,40 +221,37 @@ class CoreClient:
         return out
 
     def _wait_values(self, refs: Sequence[ObjectRef], deadline: float | None) -> list[m.Value]:
-        table = self.objects
-        entries = table.entries
+        entries = self.objects.entries
         result: list[m.Value | None] = []
-        missing = []
+        missing: list[int] = []
         for i, ref in enumerate(refs):
             entry = entries.get(ref.id)
             v = None if entry is None else entry.value
             result.append(v)
             if v is None:
                 missing.append(i)
-        if missing:
-            self._request_borrowed([refs[i] for i in missing])
-            blocked = False
+        if not missing:
+            return result  # type: ignore[return-value]
+        self._request_borrowed([refs[i] for i in missing])
+        waiter = _Countdown(len(missing))
+        for i in missing:
+            if not self.objects.when_ready(refs[i].id, waiter.hit):
+                raise ObjectLostError(f"{refs[i]!r} is no longer referenced by this process")
+        if not waiter.event.is_set():
+            blocked = self.blocked_hook is not None
+            if blocked:
+                self.blocked_hook(True)  # type: ignore[misc]
             try:
-                with table.ready:
-                    for i in missing:
-                        oid = refs[i].id
-                        while True:
-                            entry = entries.get(oid)
-                            if entry is None:
-                                raise ObjectLostError(f"object {oid.hex()} is no longer referenced")
-                            if entry.value is not None:
-                                result[i] = entry.value
-                                break
-                            if not blocked and self.blocked_hook is not None:
-                                blocked = True
-                                self.blocked_hook(True)
-                            left = None if deadline is None else deadline - time.monotonic()
-                            if left is not None and left <= 0:
-                                raise GetTimeoutError(self._timeout_message(refs[i]))
-                            table.ready.wait(left)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                done = waiter.event.wait(left)
             finally:
-                if blocked and self.blocked_hook is not None:
-                    self.blocked_hook(False)
+                if blocked:
+                    self.blocked_hook(False)  # type: ignore[misc]
+            if not done:
+                late = next(refs[i] for i in missing if self.objects.value_of(refs[i].id) is None)
+                raise GetTimeoutError(self._timeout_message(late))
+        for i in missing:
+            result[i] = self.objects.value_of(refs[i].id)
         return result  # type: ignore[return-value]
 
     def _timeout_message(self, ref: ObjectRef) -> str:
@@ -277,25 +274,23 @@ class CoreClient:
     def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None
              ) -> tuple[list[ObjectRef], list[ObjectRef]]:
         """Split refs into (ready, not ready) once num_returns are ready or time runs out."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         self._request_borrowed(refs)
-        table = self.objects
-        with table.ready:
-            while True:
-                ready = [r for r in refs if table.value_of(r.id) is not None]
-                if len(ready) >= num_returns:
-                    break
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                table.ready.wait(left)
-        ready_set = set()
+        value_of = self.objects.value_of
+        have = sum(1 for r in refs if value_of(r.id) is not None)
+        if have < num_returns and timeout != 0:
+            waiter = _Countdown(num_returns - have)
+            for r in refs:
+                if value_of(r.id) is None:
+                    self.objects.when_ready(r.id, waiter.hit)
+            waiter.event.wait(timeout)
         out_ready: list[ObjectRef] = []
+        rest: list[ObjectRef] = []
         for r in refs:
-            if len(out_ready) < num_returns and table.value_of(r.id) is not None:
+            if len(out_ready) < num_returns and value_of(r.id) is not None:
                 out_ready.append(r)
-                ready_set.add(id(r))
-        return out_ready, [r for r in refs if id(r) not in ready_set]
+            else:
+                rest.append(r)
+        return out_ready, rest
 
     def future_of(self, ref: ObjectRef) -> Future[Any]:
         fut: Future[Any] = Future()
@@ -368,3 +363,18 @@ def _loc(loc: m.StoreLoc) -> Any:
     from zmesh.store.arena import Location
 
     return Location(segment=loc.segment, offset=loc.offset, size=loc.size)
+
+
+class _Countdown:
+    """Sets `event` once `hit` has been called `n` times (from the loop thread)."""
+
+    __slots__ = ("left", "event")
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.event = threading.Event()
+
+    def hit(self, value: Any) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.event.set()

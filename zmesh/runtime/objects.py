@@ -44,7 +44,6 @@ class ObjectTable:
                  on_free: Callable[[bytes, ObjectEntry], None]) -> None:
         self.address = address
         self.lock = threading.Lock()
-        self.ready = threading.Condition(self.lock)
         self.entries: dict[bytes, ObjectEntry] = {}
         self._post = post
         self._on_free = on_free
@@ -119,7 +118,6 @@ class ObjectTable:
                 return None
             entry.value = value
             callbacks, entry.callbacks = entry.callbacks, []
-            self.ready.notify_all()
         for cb in callbacks:
             cb(value)
         return entry
