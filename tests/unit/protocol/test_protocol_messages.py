@@ -112,7 +112,7 @@ def test_tag_outside_the_modules_range_is_an_error() -> None:
 
 
 def test_reserved_tags_belong_to_no_module() -> None:
-    class Future(Message, tag=140):
+    class Future(Message, tag=160):
         pass
 
     for module in TAG_RANGES:
@@ -179,16 +179,16 @@ def test_a_module_dropped_into_the_package_is_picked_up_by_refresh(
             """
             from zmesh.protocol.messages.base import Message
 
-            class LateComer(Message, tag=141):
+            class LateComer(Message, tag=161):
                 note: str
             """
         )
     )
-    monkeypatch.setitem(TAG_RANGES, name, range(140, 150))
+    monkeypatch.setitem(TAG_RANGES, name, range(160, 170))
     monkeypatch.setattr(messages, "__path__", [*messages.__path__, str(tmp_path)])
-    frame = msgspec.msgpack.encode([141, "hi"])
+    frame = msgspec.msgpack.encode([161, "hi"])
     try:
-        with pytest.raises(ProtocolError, match="unknown message tag 141"):
+        with pytest.raises(ProtocolError, match="unknown message tag 161"):
             codec.decode(frame)
         codec.refresh()
         late = codec.decode(frame)
@@ -198,5 +198,5 @@ def test_a_module_dropped_into_the_package_is_picked_up_by_refresh(
         monkeypatch.undo()
         sys.modules.pop(f"zmesh.protocol.messages.{name}", None)
         codec.refresh()
-    with pytest.raises(ProtocolError, match="unknown message tag 141"):
+    with pytest.raises(ProtocolError, match="unknown message tag 161"):
         codec.decode(frame)

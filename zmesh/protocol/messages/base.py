@@ -37,10 +37,11 @@ TAG_RANGES: Final[dict[str, range]] = {
     "membership": range(80, 100),
     "control": range(100, 120),
     "placement": range(120, 140),
+    "transfer": range(140, 160),
 }
 
-# Tags from 140 up are reserved for future modules; no module may use them yet.
-RESERVED_TAGS: Final[range] = range(140, 2**31)
+# Tags from 160 up are reserved for future modules; no module may use them yet.
+RESERVED_TAGS: Final[range] = range(160, 2**31)
 
 
 def tag_of(cls: type[Message]) -> int | None:
