@@ -37,17 +37,23 @@ def all_gone(procs: list[psutil.Process]) -> bool:
     return True
 
 
-def store_dirs() -> set[str]:
+def started_runtimes() -> list[tuple[str, str]]:
+    """(session dir, node id) of every runtime `zmesh.init` started in this process."""
+    from zmesh import api
+
+    return list(api._started)
+
+
+def leftovers(started: list[tuple[str, str]]) -> list[str]:
+    """Session and store directories of these runtimes that still exist."""
     root = default_store_root()
-    try:
-        return {os.path.join(root, d) for d in os.listdir(root)}
-    except FileNotFoundError:
-        return set()
-
-
-def session_dirs() -> set[str]:
-    root = session_root()
-    return {os.path.join(root, d) for d in os.listdir(root)}
+    out = []
+    for session_dir, node_id in started:
+        if session_dir.startswith(session_root()) and os.path.exists(session_dir):
+            out.append(session_dir)
+        if os.path.exists(os.path.join(root, node_id)):
+            out.append(os.path.join(root, node_id))
+    return out
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
@@ -63,27 +69,28 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool
 
 @pytest.fixture
 def no_zmesh_leaks() -> Iterator[None]:
-    before_stores, before_sessions = store_dirs(), session_dirs()
+    before = len(started_runtimes())
     yield
     procs = zmesh_processes()
     if zmesh.is_initialized():
         zmesh.shutdown()
     assert wait_until(lambda: all_gone(procs + zmesh_processes())), \
         f"zmesh processes left running: {[p.pid for p in procs if p.is_running()]}"
-    assert wait_until(lambda: not (store_dirs() - before_stores)), \
-        f"object store dirs left: {store_dirs() - before_stores}"
-    assert not (session_dirs() - before_sessions), \
-        f"session dirs left: {session_dirs() - before_sessions}"
+    mine = started_runtimes()[before:]
+    assert wait_until(lambda: not leftovers(mine)), f"directories left: {leftovers(mine)}"
 
 
 @pytest.fixture(scope="module")
 def zmesh_module() -> Iterator[None]:
     """One runtime (2 CPUs) shared by the tests of a module; torn down and checked after."""
+    before = len(started_runtimes())
     zmesh.init(num_cpus=2)
     yield
     procs = zmesh_processes()
     zmesh.shutdown()
     assert wait_until(lambda: all_gone(procs)), "zmesh processes left after shutdown"
+    mine = started_runtimes()[before:]
+    assert wait_until(lambda: not leftovers(mine)), f"directories left: {leftovers(mine)}"
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from zmesh.runtime.client import CoreClient
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
+_started: list[tuple[str, str]] = []  # (session dir, node id) of every init in this process
 
 
 def init(address: str | None = None, *, num_cpus: float | None = None,
@@ -61,6 +62,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 stop_node(proc, session_dir or "")
             raise
         context.set_client(client)
+        _started.append((session_dir or "", info.node_id))
         _state.update(proc=proc, session_dir=session_dir, owns_session=proc is not None,
                       info={"node_id": info.node_id, "address": node_address,
                             "session_dir": session_dir})
@@ -159,6 +161,8 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     client = context.current_client()
     client.loop.send_threadsafe(client.node_address, m.KillActor(actor_id=actor._actor_id,
                                                                  no_restart=no_restart))
+    if no_restart:
+        client.loop.call_soon(client.actors.killed, actor._actor_id)
 
 
 def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
