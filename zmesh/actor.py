@@ -139,8 +139,11 @@ class ActorMethod:
         rec = handle._record(client)
         data, top, nested = pack_args(args, kwargs)
         n = self._num_returns
-        task_id = client.actors.call(rec, self._name, data, top, [r.id for r in nested], n)
+        # refs first: a call to a dead actor completes on the loop thread at once, and a value
+        # set before its refs exist would be dropped (the get would hang)
+        task_id = client.ids.task_id()
         refs = client.make_refs(task_id, n)
+        client.actors.call(rec, self._name, data, top, [r.id for r in nested], n, task_id)
         return refs[0] if n == 1 else refs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -77,10 +77,11 @@ class ActorCaller:
         self.client.loop.send_threadsafe(self.client.node_address, spec)
 
     def call(self, rec: ActorRecord, method: str, data: bytes, top_refs: list[Any],
-             nested_ids: list[bytes], num_returns: int) -> bytes:
-        """Queue a call; returns its task id (return object ids derive from it)."""
+             nested_ids: list[bytes], num_returns: int, task_id: bytes | None = None) -> bytes:
+        """Queue a call; returns its task id (return object ids derive from it). Make the
+        return refs first (pass their `task_id`): a call that fails at once sets their values."""
         client = self.client
-        task_id = client.ids.task_id()
+        task_id = task_id or client.ids.task_id()
         with self._lock:
             seq = rec.seq
             rec.seq += 1
@@ -98,6 +99,15 @@ class ActorCaller:
         return task_id
 
     # -- loop thread -----------------------------------------------------------------------
+    def killed(self, actor_id: bytes) -> None:
+        """This caller killed the actor (no restart): fail its calls now, not when the node
+        reports the death, so that a call made after `kill` never reaches the old worker."""
+        rec = self.records.get(actor_id)
+        if rec is None or rec.state == "dead":
+            return
+        self._on_state("", m.ActorState(actor_id=actor_id, state="dead",
+                                        reason="it was killed by zmesh.kill()"), [])
+
     def _resolve_then_send(self, rec: ActorRecord, task_id: bytes, seq: int, method: str,
                            data: bytes, top_refs: list[Any], release: list[bytes],
                            num_returns: int) -> None:
@@ -134,7 +144,7 @@ class ActorCaller:
 
     def _on_state(self, sender: str, msg: m.ActorState, bufs: list[Any]) -> None:
         rec = self.records.get(msg.actor_id)
-        if rec is None:
+        if rec is None or rec.state == "dead":  # death is final; later news is stale
             return
         if msg.class_name:
             rec.class_name = msg.class_name
