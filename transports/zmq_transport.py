@@ -127,6 +127,7 @@ class ZmqEndpoint(Endpoint):
         and ipc libzmq drops the connection instead, unseen by Python)."""
         self._peers: dict[str, zmq.Socket[bytes]] = {}
         self._ipc_path: str | None = None
+        self._extra_ipc_paths: list[str] = []
         self._wake_lock = threading.Lock()
         self._context = _shared_context.acquire()
         try:
@@ -213,6 +214,30 @@ class ZmqEndpoint(Endpoint):
         if requested.startswith("inproc://"):
             return requested
         return self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def bind_also(self, address: str) -> str:
+        """Bind the inbound ROUTER at a second address (a node's ipc socket beside its tcp one).
+
+        Messages that arrive there are received like any other; outbound messages still carry
+        this endpoint's primary address as the sender. Returns the address actually bound.
+        """
+        if self._closed:
+            raise TransportError(f"endpoint {self.address!r} is closed; cannot bind {address!r}")
+        if not address.startswith(("tcp://", "ipc://")):
+            raise TransportError(f"bind_also takes a tcp:// or ipc:// address, got {address!r}")
+        target = address
+        if address.startswith("tcp://") and address.endswith(":0"):
+            target = address[:-2] + ":*"
+        elif address.startswith("ipc://"):
+            self._check_ipc_path(address[len("ipc://") :])
+        try:
+            self._router.bind(target)
+        except zmq.ZMQError as exc:
+            raise TransportError(f"cannot bind {address!r}: {exc}") from exc
+        bound = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        if bound.startswith("ipc://"):
+            self._extra_ipc_paths.append(bound[len("ipc://") :])
+        return bound
 
     # -- hot path -------------------------------------------------------------------------
 
@@ -370,10 +395,11 @@ class ZmqEndpoint(Endpoint):
         if context is not None:
             _shared_context.release()
         # libzmq unlinks the file it bound, but from its I/O thread; make sure it is gone.
-        if self._ipc_path is not None:
+        paths = [self._ipc_path] if self._ipc_path is not None else []
+        for path in paths + getattr(self, "_extra_ipc_paths", []):
             try:
-                if stat.S_ISSOCK(os.stat(self._ipc_path).st_mode):
-                    os.unlink(self._ipc_path)
+                if stat.S_ISSOCK(os.stat(path).st_mode):
+                    os.unlink(path)
             except FileNotFoundError:
                 pass
 

@@ -1,0 +1,55 @@
+"""Node-to-node placement messages (tags 120-139): work one node forwards to another.
+
+A lease request or actor that does not fit on its caller's node travels to a node whose
+gossiped free resources fit. The receiving node grants the lease or starts the actor and
+answers the owner directly; it keeps the forwarding node (the lease's `origin`, the actor's
+home) informed so that node can route returns, kills and lookups, and act when it dies.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from zmesh.protocol.messages.base import Message
+from zmesh.protocol.messages.runtime import CreateActor, RequestLease
+
+__all__ = ["ForwardLease", "ForwardedLeaseState", "ForwardActor", "PLACEMENT_MESSAGES"]
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ForwardLease(Message, tag=120):
+    """Grant this lease to `request.owner` if it fits here (or forward it on).
+
+    `lease_id` was chosen by the origin node, so every node on the way names it the same.
+    """
+
+    lease_id: bytes
+    origin: str
+    request: RequestLease
+    hops: NonNegative = 0
+
+
+class ForwardedLeaseState(Message, tag=121):
+    """To the origin of a forwarded lease: it was `granted` on the sender, or is `done`."""
+
+    lease_id: bytes
+    state: str
+    worker_address: str = ""
+
+
+class ForwardActor(Message, tag=122):
+    """Place and start this actor here (or forward it on); the sender is its home node.
+
+    The new node reports every state change to the home node with `ActorState`; the home
+    node tells the owner and every subscriber, and answers lookups by name.
+    """
+
+    spec: CreateActor
+    hops: NonNegative = 0
+    restarts: NonNegative = 0
+
+
+PLACEMENT_MESSAGES: tuple[type[Message], ...] = (ForwardLease, ForwardedLeaseState, ForwardActor)
