@@ -16,8 +16,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from zmesh.errors import GetTimeoutError, ObjectLostError, OwnerDiedError, ZmeshError
+from zmesh.errors import (
+    GetTimeoutError,
+    ObjectLostError,
+    OwnerDiedError,
+    TransportError,
+    ZmeshError,
+)
 from zmesh.object_ref import ObjectRef
+from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.actor_calls import ActorCaller
@@ -56,6 +63,7 @@ class CoreClient:
         self.mapper: StoreMapper | None = None
         self.node_id = ""
         self._map_lock = threading.Lock()
+        self._local = threading.local()
         self._requests: dict[int, Future[Any]] = {}
         self._request_ids = itertools.count(1)
         self._registered: Future[m.ClientRegistered] = Future()
@@ -118,6 +126,23 @@ class CoreClient:
         self.endpoint.close()
         if self.mapper is not None:
             self.mapper.close()
+
+    def send_direct(self, to: str, msg: Any) -> None:
+        """Send from this (non-loop) thread on its own connection, skipping the loop hop.
+
+        Only for messages whose order relative to the loop's own sends does not matter.
+        """
+        sender = getattr(self._local, "sender", None)
+        if sender is None:
+            make = getattr(self.endpoint, "thread_sender", None)
+            sender = self._local.sender = make() if make is not None else False
+        if sender is False or self.closed:
+            self.loop.send_threadsafe(to, msg)
+            return
+        try:
+            sender.send(to, [codec.encode(msg)])
+        except TransportError:
+            self.loop.send_threadsafe(to, msg)
 
     # -- node requests ---------------------------------------------------------------------
     def request(self, make: Callable[[int], Any], timeout: float | None = 30.0) -> Any:
@@ -206,7 +231,7 @@ class CoreClient:
         value, refs = self.encode(obj, object_id)
         ref = ObjectRef(object_id, self.address, self)
         if refs:
-            self.objects.add_submitted([r.id for r in refs])
+            self.objects.hold_contained(object_id, [r.id for r in refs])
         self.objects.set_value(object_id, value)
         return ref
 
@@ -335,6 +360,8 @@ class CoreClient:
         value = entry.value
         if value is not None and value.loc is not None:
             self.loop.send(self.node_address, m.FreeObjects(object_ids=[object_id]))
+        if entry.contained:
+            self.objects.remove_submitted(entry.contained)
         self.tasks.forget_returns(object_id)
 
     def _on_pg_state(self, sender: str, msg: m.PlacementGroupState, bufs: list[Any]) -> None:

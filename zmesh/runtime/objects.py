@@ -20,7 +20,7 @@ class ObjectEntry:
     """One object as this process sees it."""
 
     __slots__ = ("value", "owner", "owned", "local", "borrowers", "submitted", "callbacks",
-                 "requested", "escaped")
+                 "requested", "escaped", "contained")
 
     def __init__(self, owner: str, owned: bool) -> None:
         self.value: Value | None = None
@@ -32,6 +32,7 @@ class ObjectEntry:
         self.callbacks: list[Callback] = []
         self.requested = False
         self.escaped = False
+        self.contained: list[bytes] = []  # refs inside this (owned) value, held while it lives
 
     def in_use(self) -> bool:
         return bool(self.local or self.borrowers or self.submitted or self.escaped)
@@ -86,6 +87,18 @@ class ObjectTable:
 
     def remove_borrower(self, object_ids: list[bytes], borrower: str) -> None:
         self._release(object_ids, lambda e: e.borrowers.discard(borrower))
+
+    def hold_contained(self, object_id: bytes, inner_ids: list[bytes]) -> None:
+        """The value of `object_id` holds refs to `inner_ids`: keep them while it lives."""
+        with self.lock:
+            entry = self.entries.get(object_id)
+            if entry is None:
+                return
+            entry.contained = list(inner_ids)
+            for oid in inner_ids:
+                inner = self.entries.get(oid)
+                if inner is not None:
+                    inner.submitted += 1
 
     def mark_escaped(self, object_ids: list[bytes]) -> None:
         """A ref left in a return value: keep the object for whoever receives it."""
