@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmesh.errors import TransportError
 
@@ -80,6 +80,10 @@ class Endpoint(abc.ABC):
     def wake(self) -> None:
         """Make a blocked (or a later) `recv` return None; safe from any thread, even after
         close (then it does nothing)."""
+
+    def thread_sender(self) -> Any:
+        """A send-only handle for one other thread, or None if this transport has none."""
+        return None
 
     @abc.abstractmethod
     def disconnect(self, peer: str) -> None:

@@ -79,6 +79,9 @@ class _SharedContext:
 
 _shared_context = _SharedContext()
 _wake_ids = itertools.count()
+# Thread senders present the endpoint's address plus this mark and a number; receivers
+# strip it, so a reply still goes to the endpoint's address.
+_SUBSENDER = "|"
 
 
 class ZmqEndpoint(Endpoint):
@@ -126,6 +129,7 @@ class ZmqEndpoint(Endpoint):
         """Inbound messages refused for a frame over max_frame_size (inproc only; over tcp
         and ipc libzmq drops the connection instead, unseen by Python)."""
         self._peers: dict[str, zmq.Socket[bytes]] = {}
+        self._thread_senders: list[ZmqThreadSender] = []
         self._ipc_path: str | None = None
         self._extra_ipc_paths: list[str] = []
         self._wake_lock = threading.Lock()
@@ -309,7 +313,9 @@ class ZmqEndpoint(Endpoint):
                     # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
                     self.dropped_oversized += 1
                     continue
-                return sender.decode(), frames
+                peer = sender.decode()
+                cut = peer.find(_SUBSENDER)
+                return (peer if cut < 0 else peer[:cut]), frames
         except zmq.Again:
             return None
         except zmq.ZMQError as exc:
@@ -358,6 +364,18 @@ class ZmqEndpoint(Endpoint):
         self._peers[to] = dealer
         return dealer
 
+    def thread_sender(self) -> ZmqThreadSender:
+        """A send-only handle for ONE other thread, so it can send without the loop's help.
+
+        Messages it sends arrive from this endpoint's address, but on their own connection:
+        there is no ordering between them and what the endpoint itself sends.
+        """
+        if self._closed:
+            raise TransportError(f"endpoint {self.address!r} is closed")
+        sender = ZmqThreadSender(self, self._routing_id + f"{_SUBSENDER}{next(_wake_ids)}".encode())
+        self._thread_senders.append(sender)
+        return sender
+
     def disconnect(self, peer: str) -> None:
         if self._closed:
             raise TransportError(f"endpoint {self.address!r} is closed; cannot disconnect")
@@ -388,6 +406,8 @@ class ZmqEndpoint(Endpoint):
         for dealer in self._peers.values():
             dealer.close()
         self._peers.clear()
+        for sender in getattr(self, "_thread_senders", []):
+            sender.close()
         router = getattr(self, "_router", None)
         if router is not None:
             router.close()
@@ -412,3 +432,50 @@ class ZmqEndpoint(Endpoint):
 def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
     """Registry factory for tcp://, ipc:// and inproc://."""
     return ZmqEndpoint(address, **options)
+
+
+class ZmqThreadSender:
+    """Outbound DEALERs owned by one thread other than the endpoint's (see thread_sender)."""
+
+    def __init__(self, endpoint: ZmqEndpoint, routing_id: bytes) -> None:
+        self._endpoint = endpoint
+        self._routing_id = routing_id
+        self._peers: dict[str, zmq.Socket[bytes]] = {}
+        self._closed = False
+
+    def send(self, to: str, frames: Sequence[Buffer]) -> None:
+        """Send a message; TransportError if closed or the peer's queue is full."""
+        if self._closed:
+            raise TransportError(f"thread sender of {self._endpoint.address!r} is closed")
+        dealer = self._peers.get(to)
+        if dealer is None:
+            ep = self._endpoint
+            dealer = ep._context.socket(zmq.DEALER)
+            dealer.linger = ep._linger_ms
+            dealer.sndhwm = ep._sndhwm
+            dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
+            try:
+                dealer.connect(to)
+            except zmq.ZMQError as exc:
+                dealer.close(linger=0)
+                raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
+            self._peers[to] = dealer
+        try:
+            last = len(frames) - 1
+            for index, frame in enumerate(frames):
+                size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
+                _send(dealer, frame, _NOBLOCK if index == last else _SNDMORE,
+                      size < ZERO_COPY_THRESHOLD)
+        except zmq.Again:
+            raise TransportError(f"send queue to {to!r} is full") from None
+        except zmq.ZMQError as exc:
+            raise TransportError(f"cannot send to {to!r}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close its sockets (the endpoint's close does this too)."""
+        if self._closed:
+            return
+        self._closed = True
+        for dealer in self._peers.values():
+            dealer.close()
+        self._peers.clear()

@@ -95,7 +95,14 @@ class ActorCaller:
             msg = m.ActorCall(actor_id=rec.actor_id, caller=client.address, seq=seq,
                               task_id=task_id, method=method, args=m.Args(data=data),
                               num_returns=num_returns)
-            client.loop.call_soon(self._dispatch, rec, Call(msg, release, rec.max_task_retries))
+            call = Call(msg, release, rec.max_task_retries)
+            if rec.state == "alive" and not rec.queue:
+                rec.inflight[task_id] = call
+                if rec.state == "alive":  # re-check: a death seen now will see this call
+                    client.send_direct(rec.address, msg)
+                    return task_id
+                rec.inflight.pop(task_id, None)
+            client.loop.call_soon(self._dispatch, rec, call)
         return task_id
 
     # -- loop thread -----------------------------------------------------------------------

@@ -147,8 +147,11 @@ class Executor:
             refs.clear()
             entries = self.client.objects.entries
             borrowed = [oid for oid in ids if oid in entries and entries[oid].local > 0]
-        self.client.loop.send_threadsafe(owner, m.TaskResult(task_id=task_id, returns=returns,
-                                                             borrowed=borrowed))
+        result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed)
+        if borrowed:  # must reach the owner before our later RemoveBorrowers: same connection
+            self.client.loop.send_threadsafe(owner, result)
+        else:
+            self.client.send_direct(owner, result)
 
     # -- actors ----------------------------------------------------------------------------
     def _create_actor(self, spec: m.CreateActor) -> None:
