@@ -1,0 +1,309 @@
+"""Moving objects between nodes: pull in chunks into the local store, serve chunks to others.
+
+`ObjectTransfer` is the I/O shell a node runs on its event loop: `PullManager`
+(zmesh.core.pull_manager) decides which chunks to ask for, this module allocates the copy
+in the local `ObjectStore`, writes each chunk straight from the received zmq frame into the
+mapped region (the only copy on the receiving side), seals it as a secondary copy and
+calls the waiters; `ChunkServer` answers other nodes' requests. Freeing an object here
+forwards the free to every node that pulled a copy from here.
+
+Every method runs on the loop thread (post from elsewhere with `loop.call_soon`). Frees must
+go through `free`, never straight to the store: a region being filled by a pull must not
+be released under it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zmesh.core.pull_manager import (
+    Action,
+    Begin,
+    Complete,
+    Fail,
+    PullManager,
+    Release,
+    RequestChunk,
+)
+from zmesh.errors import ObjectLostError
+from zmesh.protocol.messages.runtime import FreeObjects
+from zmesh.protocol.messages.transfer import Chunk, ChunkRequest, PullDone, PullFailed
+from zmesh.runtime.chunk_server import ChunkServer
+from zmesh.runtime.loop import EventLoop
+from zmesh.store.mapping import StoreMapper
+from zmesh.store.object_store import ObjectStore
+
+__all__ = ["DoneCallback", "ObjectTransfer", "TransferStats", "TRANSFER_OWNER"]
+
+logger = logging.getLogger(__name__)
+
+DoneCallback = Callable[[bytes, "BaseException | None"], None]
+"""`on_done(object_id, error)`: error is None once the local copy is sealed."""
+
+TRANSFER_OWNER = "zmesh-transfer"
+"""The store owner of regions being filled by pulls (`release_client` drops them all)."""
+
+
+@dataclass(frozen=True)
+class TransferStats:
+    """Counters of one node's transfers, both directions."""
+
+    active_pulls: int
+    outstanding_chunks: int
+    transfers_started: int
+    pulls_merged: int
+    chunks_received: int
+    bytes_received: int
+    serving_sessions: int
+    chunks_served: int
+    bytes_served: int
+
+
+class ObjectTransfer:
+    """Pulls objects from other nodes into `store` and serves its objects to them.
+
+    Tuning: `chunk_size` bytes per request, `window` requests in flight per pull,
+    `max_outstanding` over all pulls; a source silent for `stall_timeout` seconds is asked
+    again `retries` times, then the next source is tried, then the pull fails with
+    ObjectLostError. `mapper` should be the store's own (default: a new one on its
+    directory). Call `register(loop)` before use and `close()` before the store closes.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        mapper: StoreMapper | None = None,
+        chunk_size: int = 8 << 20,
+        window: int = 4,
+        max_outstanding: int = 16,
+        stall_timeout: float = 10.0,
+        retries: int = 2,
+        session_timeout: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self._own_mapper = mapper is None
+        self._mapper = mapper if mapper is not None else StoreMapper(store.directory)
+        self.manager = PullManager(chunk_size=chunk_size, window=window,
+                                   max_outstanding=max_outstanding, stall_timeout=stall_timeout,
+                                   retries=retries)
+        self._clock = clock
+        self._loop: EventLoop | None = None
+        self.server = ChunkServer(store, self._mapper, self._send, self._call_soon,
+                                  session_timeout=session_timeout)
+        self._views: dict[int, memoryview] = {}  # transfer id -> the region being filled
+        self._objects: dict[int, bytes] = {}  # transfer id -> object id
+        self.chunks_received = 0
+        self.bytes_received = 0
+        self._closed = False
+
+    # -- wiring ------------------------------------------------------------------------
+
+    def register(self, loop: EventLoop, *, handle_free: bool = True) -> None:
+        """Handle the transfer messages on `loop` (and `FreeObjects`, unless the node routes
+        frees itself, in which case it must call `free`), and start the stall timer."""
+        self._loop = loop
+        loop.on(ChunkRequest, self.on_chunk_request)
+        loop.on(Chunk, self.on_chunk)
+        loop.on(PullFailed, self.on_pull_failed)
+        loop.on(PullDone, self.server.on_pull_done)
+        if handle_free:
+            loop.on(FreeObjects, self.on_free_objects)
+        loop.call_later(self._tick_period(), self._tick)
+
+    # -- pulling -----------------------------------------------------------------------
+
+    def pull(
+        self, object_id: bytes, source: str | Sequence[str], size: int, on_done: DoneCallback
+    ) -> None:
+        """Copy `object_id` (`size` bytes) from the node at `source` (or the first of several
+        that answers) into the local store; `on_done(object_id, error)` runs on the loop
+        thread when the copy is sealed (error None) or cannot be made. A pull of an object
+        already being pulled joins that transfer; one already here completes at once."""
+        if self._closed:
+            on_done(object_id, ObjectLostError(
+                f"cannot pull object {object_id.hex()}: the transfer service is closed"))
+            return
+        sources = [source] if isinstance(source, str) else list(source)
+        if not self.manager.pulling(object_id) and self.store.contains(object_id) \
+                and self.store.is_sealed(object_id):
+            _call(on_done, object_id, None)
+            return
+        self._run(self.manager.pull(object_id, size, sources, on_done, self._clock()))
+
+    def on_chunk(self, sender: str, msg: Chunk, bufs: list[Any]) -> None:
+        if len(bufs) != 1:
+            logger.warning("dropped a chunk of object %s from %s: %d buffer frames, expected 1",
+                           msg.object_id.hex(), sender, len(bufs))
+            return
+        if self._objects.get(msg.transfer_id) != msg.object_id:
+            return  # a late duplicate of a chunk asked again, or of a transfer now over
+        data = bufs[0]
+        n = data.nbytes if type(data) is memoryview else memoryview(data).nbytes
+        write, actions = self.manager.on_chunk(sender, msg.transfer_id, msg.offset, n, msg.size,
+                                               self._clock())
+        if write:
+            self._views[msg.transfer_id][msg.offset : msg.offset + n] = data
+            self.chunks_received += 1
+            self.bytes_received += n
+        self._run(actions)
+
+    def on_pull_failed(self, sender: str, msg: PullFailed, bufs: list[Any]) -> None:
+        self._run(self.manager.on_failed(sender, msg.transfer_id, msg.reason, self._clock()))
+
+    # -- serving -----------------------------------------------------------------------
+
+    def on_chunk_request(self, sender: str, msg: ChunkRequest, bufs: list[Any]) -> None:
+        self.server.on_chunk_request(sender, msg, bufs, self._clock())
+
+    def holders(self, object_id: bytes) -> frozenset[str]:
+        """Nodes that pulled a copy of `object_id` from this one."""
+        return self.server.holders(object_id)
+
+    # -- freeing and failures ----------------------------------------------------------
+
+    def free(self, object_ids: Iterable[bytes]) -> None:
+        """The objects' last references are gone: stop pulling them, free the local copies
+        and forward the free to every node that pulled a copy from here."""
+        forward: dict[str, list[bytes]] = {}
+        for object_id in object_ids:
+            self._run(self.manager.cancel(object_id, ObjectLostError(
+                f"object {object_id.hex()} was freed while being pulled")))
+            try:
+                self.store.free(object_id)
+            except ValueError as exc:  # a closed store
+                logger.debug("free of %s: %s", object_id.hex(), exc)
+            for node in self.server.take_holders(object_id):
+                forward.setdefault(node, []).append(object_id)
+        for node, ids in forward.items():
+            self._send(node, FreeObjects(object_ids=ids), ())
+
+    def on_free_objects(self, sender: str, msg: FreeObjects, bufs: list[Any]) -> None:
+        self.free(msg.object_ids)
+
+    def peer_died(self, address: str) -> None:
+        """A node is gone (membership says so): pulls from it move on or fail at once, and
+        its sessions and copies are forgotten."""
+        self._run(self.manager.source_died(address, self._clock()))
+        self.server.peer_died(address)
+
+    def stats(self) -> TransferStats:
+        m = self.manager
+        return TransferStats(
+            active_pulls=m.active, outstanding_chunks=m.outstanding,
+            transfers_started=m.transfers_started, pulls_merged=m.pulls_merged,
+            chunks_received=self.chunks_received, bytes_received=self.bytes_received,
+            serving_sessions=self.server.sessions, chunks_served=self.server.chunks_served,
+            bytes_served=self.server.bytes_served)
+
+    def close(self) -> None:
+        """Fail every pull in flight and drop every session; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for tid in list(self._objects):
+            self._run(self.manager.abort(tid, ObjectLostError(
+                f"pull of object {self._objects[tid].hex()} stopped: the node is shutting down")))
+        self.server.close()
+        if self._own_mapper:
+            self._mapper.close()
+
+    # -- carrying out the manager's actions ---------------------------------------------
+
+    def _run(self, actions: list[Action]) -> None:
+        for action in actions:
+            if type(action) is RequestChunk:
+                self._request(action)
+            elif type(action) is Begin:
+                self._begin(action)
+            elif type(action) is Release:
+                self._send(action.source, PullDone(transfer_id=action.transfer_id,
+                                                   object_id=action.object_id, ok=action.ok), ())
+            elif type(action) is Complete:
+                self._complete(action)
+            elif type(action) is Fail:
+                self._fail(action)
+
+    def _request(self, a: RequestChunk) -> None:
+        msg = ChunkRequest(transfer_id=a.transfer_id, object_id=a.object_id, offset=a.offset,
+                           length=a.length)
+        if not self._send(a.source, msg, ()):
+            self._run(self.manager.on_failed(a.source, a.transfer_id,
+                                             "cannot send to it (unreachable address, or its "
+                                             "send queue is full)", self._clock()))
+
+    def _begin(self, a: Begin) -> None:
+        try:
+            loc = self.store.allocate(a.object_id, a.size, owner=TRANSFER_OWNER)
+        except Exception as exc:  # no room, or a copy being written here by someone else
+            self._run(self.manager.abort(a.transfer_id, exc))
+            return
+        try:
+            self._views[a.transfer_id] = self._mapper.writable(loc)
+        except Exception as exc:
+            self.store.free(a.object_id)
+            self._run(self.manager.abort(a.transfer_id, exc))
+            return
+        self._objects[a.transfer_id] = a.object_id
+        self._run(self.manager.started(a.transfer_id, self._clock()))
+
+    def _complete(self, a: Complete) -> None:
+        self._drop_view(a.transfer_id)
+        error: BaseException | None = None
+        try:
+            self.store.seal(a.object_id)
+            self.store.mark_secondary(a.object_id)
+        except Exception as exc:  # freed under us despite `free` (a node bug): say so
+            error = ObjectLostError(f"pulled object {a.object_id.hex()} vanished before it "
+                                    f"was sealed: {exc}")
+        for waiter in a.waiters:
+            _call(waiter, a.object_id, error)
+
+    def _fail(self, a: Fail) -> None:
+        if self._drop_view(a.transfer_id) and self.store.contains(a.object_id) \
+                and not self.store.is_sealed(a.object_id):
+            self.store.free(a.object_id)
+        for waiter in a.waiters:
+            _call(waiter, a.object_id, a.error)
+
+    def _drop_view(self, transfer_id: int) -> bool:
+        self._objects.pop(transfer_id, None)
+        view = self._views.pop(transfer_id, None)
+        if view is None:
+            return False
+        view.release()
+        return True
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _send(self, to: str, msg: Any, buffers: Sequence[Any]) -> bool:
+        if self._loop is None:
+            raise RuntimeError("ObjectTransfer.register(loop) must run before any transfer")
+        return self._loop.send(to, msg, buffers)
+
+    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._loop is not None:
+            self._loop.call_soon(fn, *args)
+
+    def _tick_period(self) -> float:
+        return min(self.manager.stall_timeout / 4, 1.0)
+
+    def _tick(self) -> None:
+        if self._closed or self._loop is None:
+            return
+        now = self._clock()
+        self._run(self.manager.tick(now))
+        self.server.expire(now)
+        self._loop.call_later(self._tick_period(), self._tick)
+
+
+def _call(waiter: DoneCallback, object_id: bytes, error: BaseException | None) -> None:
+    try:
+        waiter(object_id, error)
+    except Exception:
+        logger.exception("pull waiter for object %s failed", object_id.hex())
