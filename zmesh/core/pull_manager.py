@@ -338,8 +338,9 @@ class PullManager:
 
     def _finish(self, t: _Transfer) -> list[Action]:
         self._forget(t)
+        # Its request slots go to the transfers still waiting for one.
         return [Release(t.source, t.transfer_id, t.object_id, True),
-                Complete(t.transfer_id, t.object_id, tuple(t.waiters))]
+                Complete(t.transfer_id, t.object_id, tuple(t.waiters)), *self._fill()]
 
     def _fail(self, t: _Transfer, error: Exception, *, release: bool = True) -> list[Action]:
         actions: list[Action] = []
@@ -347,7 +348,7 @@ class PullManager:
             actions.append(Release(t.source, t.transfer_id, t.object_id, False))
         self._forget(t)
         actions.append(Fail(t.transfer_id, t.object_id, tuple(t.waiters), error))
-        return actions
+        return actions + self._fill()
 
     def _forget(self, t: _Transfer) -> None:
         del self._by_id[t.transfer_id]
