@@ -8,14 +8,15 @@ a clear error for whoever the worker served.
 from __future__ import annotations
 
 import os
+import select
+import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zmesh.runtime import zygote
 from zmesh.runtime.zygote import RecordReader, write_record
 
 
@@ -37,18 +38,30 @@ class WorkerPool:
     """Starts workers through the fork server and reports their exits to the node's loop."""
 
     def __init__(self, node_address: str, session_dir: str,
-                 post: Callable[..., None], on_exit: Callable[[int, int], None]) -> None:
+                 post: Callable[..., None], on_exit: Callable[[int, int], None],
+                 env_vars: dict[str, str] | None = None) -> None:
         self._post = post
         self._on_exit = on_exit
+        # The fork server is forked from the node itself: it starts with every module already
+        # imported, instead of paying a second interpreter start-up. It never touches the
+        # node's zmq context (its workers make their own after their fork).
+        import zmesh.runtime.worker  # noqa: F401  (pre-import for the fork server)
+
         parent, child = socket.socketpair()
         self._sock = parent
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "zmesh.runtime.zygote", str(child.fileno()), node_address,
-             session_dir],
-            pass_fds=[child.fileno()], env=env, close_fds=True)
+        pid = os.fork()
+        if pid == 0:  # the fork server
+            try:
+                parent.close()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.environ.setdefault("PYTHONUNBUFFERED", "1")
+                os.environ.update(env_vars or {})
+                zygote.main(child.fileno(), node_address, session_dir)
+            finally:
+                os._exit(0)
         child.close()
+        self.zygote_pid = pid
         self.by_id: dict[bytes, WorkerInfo] = {}
         self.by_pid: dict[int, WorkerInfo] = {}
         self._spawning: dict[bytes, WorkerInfo] = {}
@@ -101,8 +114,29 @@ class WorkerPool:
         except OSError:
             pass
         self._sock.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if not _wait_exit(self.zygote_pid, 10.0):
+            try:
+                os.kill(self.zygote_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait_exit(self.zygote_pid, None)
+
+
+def _wait_exit(pid: int, timeout: float | None) -> bool:
+    """Reap child `pid`, waiting up to `timeout` seconds for it to exit (pidfd, no polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, AttributeError, OSError):
+        fd = -1
+    try:
+        if fd >= 0:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                return False
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return True
