@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from dataclasses import dataclass
@@ -134,6 +135,8 @@ class Node:
         self.store.close()
         remove_node_store_dir(self.store_dir)
         self.endpoint.close()
+        if self.parent_pid:  # a private session: its driver may be gone (SIGKILL) and not clean up
+            shutil.rmtree(self.session_dir, ignore_errors=True)
 
     # -- clients ---------------------------------------------------------------------------
     def _on_register(self, sender: str, msg: m.RegisterClient, bufs: list[Any]) -> None:

@@ -1,0 +1,151 @@
+"""Nothing is left behind: shutdown, interpreter exit and a SIGKILLed driver all end every
+zmesh process and remove the session and store directories; a starting node sweeps the store
+directories of dead nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import psutil
+import pytest
+from runtime_fixtures import all_gone, wait_until
+
+import zmesh
+from zmesh.store.sweep import OWNER_FILE, default_store_root, ensure_store_root
+
+DRIVER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import zmesh
+
+    info = zmesh.init(num_cpus=2)
+
+    @zmesh.remote
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def incr(self):
+            self.n += 1
+            return self.n
+
+    @zmesh.remote
+    def forever():
+        import time
+        while True:
+            time.sleep(0.05)
+
+    counter = Counter.remote()
+    assert zmesh.get(counter.incr.remote()) == 1
+    running = forever.remote()
+    big = zmesh.put(np.ones(4 << 20))
+    zmesh.wait([running], timeout=0.2)
+    print("READY " + json.dumps(info), flush=True)
+    if sys.argv[1] == "hang":
+        sys.stdin.read()
+""")
+
+
+def start_driver(mode: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, mode], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY "):
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"driver did not start: {line!r}")
+    return proc, json.loads(line[len("READY "):])
+
+
+def what_remains(procs: list[psutil.Process], info: dict[str, str]) -> list[str]:
+    left = [f"pid {p.pid}" for p in procs if not all_gone([p])]
+    store_dir = os.path.join(default_store_root(), info["node_id"])
+    left += [d for d in (info["session_dir"], store_dir) if os.path.exists(d)]
+    return left
+
+
+def test_shutdown_after_tasks_actors_and_large_objects_leaves_nothing(no_zmesh_leaks):
+    info = zmesh.init(num_cpus=2)
+
+    @zmesh.remote
+    class Box:
+        def get(self, x):
+            return x
+
+    @zmesh.remote
+    def total(a):
+        return float(a.sum())
+
+    box = Box.remote()
+    ref = zmesh.put(np.ones(4 << 20))
+    assert zmesh.get(total.remote(ref)) == 4 << 20
+    assert zmesh.get(box.get.remote(5)) == 5
+    assert os.path.isdir(os.path.join(default_store_root(), info["node_id"]))
+    zmesh.shutdown()
+    assert not zmesh.is_initialized()
+    assert not os.path.exists(info["session_dir"])
+    assert not os.path.exists(os.path.join(default_store_root(), info["node_id"]))
+
+
+def test_init_twice_is_refused_unless_asked_and_init_after_shutdown_works(no_zmesh_leaks):
+    zmesh.init(num_cpus=1)
+    with pytest.raises(RuntimeError, match="already"):
+        zmesh.init(num_cpus=1)
+    assert zmesh.init(num_cpus=1, ignore_reinit_error=True)["node_id"]
+    zmesh.shutdown()
+    zmesh.shutdown()  # a second shutdown is a no-op
+    zmesh.init(num_cpus=1)
+
+    @zmesh.remote
+    def one():
+        return 1
+
+    assert zmesh.get(one.remote()) == 1
+
+
+def test_interpreter_exit_without_shutdown_leaves_nothing():
+    proc, info = start_driver("exit")
+    procs = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    assert proc.wait(30) == 0
+    assert wait_until(lambda: not what_remains(procs, info)), what_remains(procs, info)
+
+
+def test_a_sigkilled_driver_leaves_no_process_socket_or_object_file():
+    proc, info = start_driver("hang")
+    procs = psutil.Process(proc.pid).children(recursive=True)
+    assert len(procs) >= 3  # node, fork server, workers
+    assert os.path.isdir(info["session_dir"])
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert wait_until(lambda: not what_remains(procs, info)), what_remains(procs, info)
+
+
+def test_a_starting_node_sweeps_the_store_directory_of_a_dead_node(no_zmesh_leaks, tmp_path):
+    root = ensure_store_root(default_store_root())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dead_dir = os.path.join(root, f"dead-node-{os.getpid()}")
+    live_dir = os.path.join(root, f"live-node-{os.getpid()}")
+    for path, pid in ((dead_dir, dead.pid), (live_dir, os.getpid())):
+        os.mkdir(path, mode=0o700)
+        with open(os.path.join(path, OWNER_FILE), "w") as f:
+            f.write(f"{pid} 0\n")
+        with open(os.path.join(path, "segment-0"), "wb") as f:
+            f.write(b"\0" * 4096)
+    try:
+        zmesh.init(num_cpus=1)
+        assert not os.path.exists(dead_dir)
+        assert os.path.exists(live_dir)  # its owner (this process) is alive
+    finally:
+        for path in (dead_dir, live_dir):
+            if os.path.exists(path):
+                for name in os.listdir(path):
+                    os.unlink(os.path.join(path, name))
+                os.rmdir(path)
