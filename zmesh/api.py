@@ -73,10 +73,23 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
 
 
 def _resolve_address(address: str) -> tuple[str, str]:
+    """(node address, session dir) for `init(address=...)`: ipc://path, host:port or "auto"."""
     if address.startswith("ipc://"):
         return address, os.path.dirname(address[len("ipc://"):])
-    raise ZmeshError(f"cannot connect to {address!r}: connecting to a node over tcp comes with "
-                     "the mesh; pass the node's ipc:// address on this machine")
+    if address == "auto":
+        from zmesh.runtime.launcher import running_nodes
+
+        nodes = running_nodes()
+        if not nodes:
+            raise ZmeshError("init(address='auto') found no running zmesh node on this machine; "
+                             "start one with `zmesh node`")
+        return str(nodes[0]["ipc"]), str(nodes[0]["session_dir"])
+    hostport = address[len("tcp://"):] if address.startswith("tcp://") else address
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ZmeshError(f"cannot connect to {address!r}: give a node's host:port (as `zmesh "
+                         "node` prints it), tcp://host:port, an ipc:// address, or 'auto'")
+    return f"tcp://{host}:{port}", ""
 
 
 def shutdown() -> None:

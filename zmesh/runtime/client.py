@@ -53,8 +53,14 @@ class CoreClient:
         self.worker_id = self.ids.prefix
         self.job_id = job_id
         self.closed = False
-        sock = os.path.join(session_dir, f"{kind}-{os.getpid()}-{self.worker_id.hex()[:8]}.sock")
-        self.endpoint = open_endpoint(f"ipc://{sock}")
+        if node_address.startswith("tcp://"):
+            # A driver that reaches its node over tcp binds tcp too, so remote workers and
+            # nodes can answer it.
+            self.endpoint = open_endpoint(os.environ.get("ZMESH_CLIENT_BIND", "tcp://127.0.0.1:0"))
+        else:
+            sock = os.path.join(session_dir,
+                                f"{kind}-{os.getpid()}-{self.worker_id.hex()[:8]}.sock")
+            self.endpoint = open_endpoint(f"ipc://{sock}")
         self.address = self.endpoint.address
         self.loop = EventLoop(self.endpoint, kind)
         self.objects = ObjectTable(self.address, self.loop.call_soon, self._on_free)

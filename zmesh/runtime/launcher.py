@@ -38,7 +38,7 @@ def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
         proc.wait()
         raise ZmeshError(f"the zmesh node failed to start (exit code {proc.poll()}): {line!r}")
     proc.stdout.close()
-    _, address, _node_id = line.split()
+    address = line.split()[1]
     return proc, address, session_dir
 
 
@@ -57,3 +57,25 @@ def stop_node(proc: subprocess.Popen[bytes], session_dir: str, timeout: float = 
         os.rmdir(session_dir)
     except OSError:
         pass
+
+
+def running_nodes() -> list[dict[str, object]]:
+    """The live nodes started on this machine by this user, from their node.json files."""
+    root = session_root()
+    found: list[dict[str, object]] = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name, "node.json")
+        try:
+            with open(path) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(int(info["pid"]), 0)
+        except (ProcessLookupError, KeyError, ValueError, TypeError):
+            continue
+        except PermissionError:
+            pass
+        info["session_dir"] = os.path.join(root, name)
+        found.append(info)
+    return found

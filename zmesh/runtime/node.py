@@ -18,13 +18,16 @@ from typing import Any
 
 import msgspec
 
+from zmesh.core.resources import NodeResources
 from zmesh.core.scheduler import LocalScheduler
-from zmesh.core.scheduling import Dispatch, Failed, Infeasible, Pending, Request
+from zmesh.core.scheduling import Dispatch, Failed, Forward, Infeasible, Pending, Request
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node_actors import ActorManager
+from zmesh.runtime.node_forward import Forwarder
+from zmesh.runtime.node_mesh import MeshAgent
 from zmesh.runtime.strategies import decode_strategy
 from zmesh.runtime.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.zygote import describe_status, set_parent_death_signal
@@ -59,6 +62,10 @@ class LeaseInfo:
     name: str
     worker: WorkerInfo | None = None
     holds: bool = True  # False while its worker is blocked in get and lent its CPU out
+    request: m.RequestLease | None = None
+    origin: str = ""  # the node that forwarded this lease here (it keeps a record)
+    remote: str = ""  # the node this lease was forwarded to (we are its origin)
+    remote_granted: bool = False
 
 
 class Node:
@@ -66,13 +73,17 @@ class Node:
 
     def __init__(self, session_dir: str, *, num_cpus: float, num_gpus: float,
                  resources: dict[str, float], object_store_memory: int,
-                 parent_pid: int = 0, job_id: str = "") -> None:
+                 parent_pid: int = 0, job_id: str = "", host: str = "127.0.0.1", port: int = 0,
+                 labels: dict[str, str] | None = None) -> None:
         self.node_id = random_id(14).hex()
         self.session_dir = session_dir
         self.parent_pid = parent_pid
         self.job_id = job_id or random_id(4).hex()
-        self.endpoint = open_endpoint(f"ipc://{os.path.join(session_dir, 'node.sock')}")
-        self.address = self.endpoint.address
+        # Peers reach the node on tcp (its identity in the mesh); local clients on ipc.
+        self.endpoint = open_endpoint(f"tcp://{host}:{port}")
+        self.mesh_address = self.endpoint.address
+        self.address = self.endpoint.bind_also(
+            f"ipc://{os.path.join(session_dir, 'node.sock')}")
         self.loop = EventLoop(self.endpoint, "node")
         root = ensure_store_root(default_store_root())
         sweep_dead_stores(root)
@@ -81,7 +92,8 @@ class Node:
         total = {"CPU": float(num_cpus), **({"GPU": float(num_gpus)} if num_gpus else {}),
                  "memory": float(_total_memory()), "object_store_memory": float(object_store_memory),
                  f"node:{self.node_id}": 1.0, **resources}
-        self.scheduler = LocalScheduler(self.node_id, total)
+        self.labels = dict(labels or {})
+        self.scheduler = LocalScheduler(self.node_id, total, self.labels)
         self.num_cpus = num_cpus
         self.clients: dict[str, ClientInfo] = {}
         self.workers: dict[str, WorkerInfo] = {}
@@ -91,8 +103,15 @@ class Node:
         self.functions: dict[bytes, bytes] = {}
         self.warned: set[tuple[str, str]] = set()
         self.stopping = False
-        self.pool = WorkerPool(self.address, session_dir, self.loop.call_soon, self._worker_exited)
+        self.pool = WorkerPool(self.address, session_dir, self.loop.call_soon, self._worker_exited,
+                               {"ZMESH_NODE_ID": self.node_id, "ZMESH_STORE_DIR": self.store_dir,
+                                "ZMESH_JOB_ID": self.job_id})
         self.actors = ActorManager(self)
+        self.forwarder = Forwarder(self)
+        self.mesh: MeshAgent | None = MeshAgent(
+            self.loop, self.mesh_address, self.node_id, total=self.scheduler.total,
+            free=self.scheduler.available, labels=self.labels, ipc_address=self.address,
+            pid=os.getpid(), on_view=self._on_view, on_gone=self.forwarder.node_gone)
         self._register_handlers()
 
     # -- wiring ----------------------------------------------------------------------------
@@ -114,10 +133,12 @@ class Node:
         on(m.Shutdown, lambda s, msg, b: self.stop(msg.reason))
         self.actors.register(self.loop)
 
-    def run(self) -> None:
+    def run(self, join: list[str] | None = None) -> None:
         for _ in range(max(1, min(int(self.num_cpus), 8))):
             self._prestart()
         self.loop.call_later(LIVENESS_PERIOD_S, self._check_liveness)
+        if self.mesh is not None:
+            self.loop.call_soon(self.mesh.start, list(join or []))
         self.loop.run()
         self._teardown()
 
@@ -125,7 +146,12 @@ class Node:
         if not self.stopping:
             logger.debug("node stopping: %s", reason)
             self.stopping = True
+            if self.mesh is not None:
+                self.mesh.leave()
             self.loop.stop()
+
+    def _on_view(self, view: dict[str, NodeResources]) -> None:
+        self.apply(self.scheduler.update_cluster(view))
 
     def _teardown(self) -> None:
         for client in list(self.clients.values()):
@@ -152,14 +178,19 @@ class Node:
             self.stop("the driver that started this node exited")
             return
         for client in list(self.clients.values()):
-            if client.kind == "driver" and not _alive(client.pid):
+            # Only a client on this machine (ipc) has a pid we can check.
+            if client.kind == "driver" and client.address.startswith("ipc://") and \
+                    not _alive(client.pid):
                 self._client_gone(client.address)
         self.loop.call_later(LIVENESS_PERIOD_S, self._check_liveness)
 
     def _client_gone(self, address: str) -> None:
         self.clients.pop(address, None)
         for lease in [le for le in self.leases.values() if le.owner == address]:
-            self._release_lease(lease)
+            if lease.remote:
+                self.forwarder.return_remote(lease)
+            else:
+                self._release_lease(lease)
         self.actors.owner_died(address)
         self._store_call(self.store.release_client, address)
 
@@ -202,16 +233,24 @@ class Node:
 
     def _on_request_lease(self, sender: str, msg: m.RequestLease, bufs: list[Any]) -> None:
         lease_id = random_id(12)
-        self.leases[lease_id] = LeaseInfo(lease_id, msg.owner, msg.request_id, msg.name)
+        lease = LeaseInfo(lease_id, msg.owner, msg.request_id, msg.name, request=msg)
+        self.leases[lease_id] = lease
+        self.submit_lease(lease)
+
+    def submit_lease(self, lease: LeaseInfo, hops: int = 0) -> None:
+        """Place a lease request with the scheduler (here, forwarded, or waiting)."""
+        msg = lease.request
+        assert msg is not None
         try:
             strategy = decode_strategy(msg.strategy)
-            req = Request(lease_id, "task", msg.resources or {"CPU": 1.0}, strategy=strategy,
-                          name=msg.name)
+            req = Request(lease.lease_id, "task", msg.resources or {"CPU": 1.0},
+                          strategy=strategy, name=msg.name, hops=hops)
             decisions = self.scheduler.submit(req)
         except Exception as exc:  # bad resources, unknown node: fail the request clearly
-            self.leases.pop(lease_id, None)
+            self.leases.pop(lease.lease_id, None)
             self.loop.send(msg.owner, m.LeaseFailed(request_id=msg.request_id,
                                                     error=values.encode_error(exc).data))
+            self.forwarder.notify_origin(lease, "done")
             return
         self.apply(decisions)
 
@@ -227,6 +266,8 @@ class Node:
                 self._on_waiting(d)
             elif isinstance(d, Failed):
                 self._on_failed(d)
+            elif isinstance(d, Forward):
+                self.forwarder.forward(d)
             else:
                 self.actors.on_decision(d)
 
@@ -252,6 +293,7 @@ class Node:
         self.loop.send(lease.owner, m.LeaseGranted(request_id=lease.request_id, lease_id=lease_id,
                                                    worker_address=info.address,
                                                    gpu_ids=list(d.gpu_ids)))
+        self.forwarder.notify_origin(lease, "granted")
 
     def _on_waiting(self, d: Infeasible | Pending) -> None:
         lease = self.leases.get(d.work_id)
@@ -274,6 +316,7 @@ class Node:
         if lease is not None:
             self.loop.send(lease.owner, m.LeaseFailed(request_id=lease.request_id,
                                                       error=values.encode_error(d.error).data))
+            self.forwarder.notify_origin(lease, "done")
         else:
             self.actors.on_failed(d)
 
@@ -285,13 +328,23 @@ class Node:
 
     def _on_return_lease(self, sender: str, msg: m.ReturnLease, bufs: list[Any]) -> None:
         lease = self.leases.get(msg.lease_id)
-        if lease is not None:
+        if lease is None:
+            return
+        if lease.remote:
+            self.forwarder.return_remote(lease)
+        else:
             self._release_lease(lease)
+
+    def release_lease(self, lease: LeaseInfo) -> None:
+        """Free a lease held here (its owner returned it, or is gone)."""
+        self._release_lease(lease)
 
     def _release_lease(self, lease: LeaseInfo) -> None:
         self.leases.pop(lease.lease_id, None)
-        decisions = self.scheduler.finish(lease.lease_id) if lease.holds else \
-            self.scheduler.cancel(lease.lease_id)
+        self.forwarder.notify_origin(lease, "done")
+        # cancel frees running work and drops waiting work (a lease whose owner went before
+        # it was granted); with the CPU lent out while blocked, nothing is held any more.
+        decisions = self.scheduler.cancel(lease.lease_id)
         info = lease.worker
         if info is not None and info.state == "leased":
             info.state = "idle"
@@ -393,21 +446,44 @@ class Node:
 
     def _answer(self, what: str, arg: bytes) -> Any:
         if what == "cluster_resources":
-            return self.scheduler.total()
+            return self._sum_resources("Resources")
         if what == "available_resources":
-            return self.scheduler.available()
+            return self._sum_resources("Available")
         if what == "function":
             blob = self.functions.get(arg)
             if blob is None:
                 raise KeyError(f"function {arg.hex()} was never exported to this node")
             return blob
         if what == "nodes":
-            return [{"NodeID": self.node_id, "Alive": True, "NodeManagerAddress": "127.0.0.1",
-                     "Resources": self.scheduler.total(), "alive": True}]
+            return self.mesh.describe() if self.mesh is not None else []
+        if what == "node":
+            return {"node_id": self.node_id, "address": self.mesh_address, "ipc": self.address,
+                    "pid": os.getpid(), "session_dir": self.session_dir,
+                    "store_dir": self.store_dir, "labels": self.labels}
+        if what == "pending":
+            return [{"name": p.name, "kind": p.kind, "reason": p.reason,
+                     "infeasible": p.infeasible} for p in self.scheduler.pending()]
+        if what == "leases":
+            return [{"lease_id": le.lease_id.hex(), "name": le.name, "owner": le.owner,
+                     "state": "granted" if le.worker is not None else
+                     ("forwarded" if le.remote else "pending")} for le in self.leases.values()]
         if what == "store":
             st = self.store.stats()
             return {k: getattr(st, k) for k in st.__dataclass_fields__}
         return self.actors.answer(what, arg)
+
+
+    def _sum_resources(self, field: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for row in self.mesh.describe() if self.mesh is not None else []:
+            if row["Alive"]:
+                for k, v in row[field].items():
+                    if not k.startswith("node:"):
+                        out[k] = out.get(k, 0.0) + v
+        for k in list(self.scheduler.total()):
+            if k.startswith("node:"):
+                out[k] = 1.0 if field == "Resources" else self.scheduler.available().get(k, 0.0)
+        return out
 
 
 def _alive(pid: int) -> bool:
@@ -440,21 +516,60 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--object-store-memory", type=int, default=0)
     p.add_argument("--parent-pid", type=int, default=0)
     p.add_argument("--job-id", default="")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--join", action="append", default=[])
+    p.add_argument("--labels", default="{}")
+    p.add_argument("--announce", action="store_true",
+                   help="print how to join this node and connect a driver (zmesh node)")
     a = p.parse_args(argv)
+    resources = _json_arg("--resources", a.resources, float)
+    labels = _json_arg("--labels", a.labels, str)
     if a.parent_pid:
         set_parent_death_signal(signal.SIGTERM)
     store_mem = a.object_store_memory or int(_total_memory() * 0.3)
     node = Node(a.session_dir, num_cpus=a.num_cpus, num_gpus=a.num_gpus,
-                resources=json.loads(a.resources), object_store_memory=store_mem,
-                parent_pid=a.parent_pid, job_id=a.job_id)
-    signal.signal(signal.SIGTERM, lambda *x: node.stop("SIGTERM"))
-    signal.signal(signal.SIGINT, lambda *x: node.stop("SIGINT"))
-    print(f"ZMESH-NODE-READY {node.address} {node.node_id}", flush=True)
+                resources=resources, object_store_memory=store_mem,
+                parent_pid=a.parent_pid, job_id=a.job_id, host=a.host, port=a.port,
+                labels=labels)
+    # The loop thread is this thread: hand the stop to the loop rather than act mid-handler.
+    signal.signal(signal.SIGTERM, lambda *x: node.loop.call_soon(node.stop, "SIGTERM"))
+    signal.signal(signal.SIGINT, lambda *x: node.loop.call_soon(node.stop, "SIGINT"))
+    info_path = os.path.join(a.session_dir, "node.json")
+    with open(info_path, "w") as f:
+        json.dump({"pid": os.getpid(), "node_id": node.node_id, "address": node.mesh_address,
+                   "ipc": node.address}, f)
+    print(f"ZMESH-NODE-READY {node.address} {node.node_id} {node.mesh_address}", flush=True)
+    if a.announce:
+        hostport = node.mesh_address[len("tcp://"):]
+        print(f"zmesh node {node.node_id} is up at {hostport}\n"
+              f"  join it:          zmesh node --join {hostport}\n"
+              f"  connect a driver: zmesh.init(address=\"{hostport}\")\n"
+              "  stop it:          Ctrl-C (or zmesh stop)", flush=True)
     if a.parent_pid:  # the driver stops reading our stdout now
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.close(devnull)
-    node.run()
+    try:
+        node.run(join=a.join)
+    finally:
+        try:
+            os.unlink(info_path)
+        except OSError:
+            pass
+
+
+def _json_arg(flag: str, text: str, kind: type) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"zmesh node: {flag} must be a JSON object: {exc}") from None
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, kind if kind is str else (int, float))
+            and not isinstance(v, bool) for k, v in value.items()):
+        raise SystemExit(f"zmesh node: {flag} must be a JSON object of name -> "
+                         f"{'text' if kind is str else 'number'}, got {text!r}")
+    return value
 
 
 if __name__ == "__main__":

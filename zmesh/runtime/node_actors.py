@@ -40,6 +40,9 @@ class ActorEntry:
     no_restart: bool = False
     error: bytes = b""
     reason: str = ""
+    remote: str = ""  # the node hosting it, while this node is its home
+    home: str = ""  # its home node, while this node hosts it for that one
+    hops: int = 0
 
 
 @dataclass(eq=False)
@@ -86,12 +89,23 @@ class ActorManager:
             self.named[key] = spec.actor_id
         self._schedule(entry)
 
+    def schedule(self, entry: ActorEntry) -> None:
+        """Place the actor with the scheduler (here, forwarded, or waiting)."""
+        self._schedule(entry)
+
+    def host_forwarded(self, spec: m.CreateActor, *, home: str, hops: int, restarts: int) -> None:
+        """Another node (its home) forwarded this actor here: place it and report to home."""
+        entry = ActorEntry(spec, subscribers={home}, restarts=restarts, home=home, hops=hops)
+        self.actors[spec.actor_id] = entry
+        self._schedule(entry)
+
     def _schedule(self, entry: ActorEntry) -> None:
         spec = entry.spec
         try:
             req = Request(spec.actor_id, "actor", spec.resources or None,
                           placement_resources=spec.placement or None,
-                          strategy=decode_strategy(spec.strategy), name=spec.class_name)
+                          strategy=decode_strategy(spec.strategy), name=spec.class_name,
+                          hops=entry.hops)
             decisions = self.node.scheduler.submit(req)
         except Exception as exc:
             self._set_state(entry, "dead", reason=f"it cannot be scheduled: {exc}")
@@ -134,6 +148,12 @@ class ActorManager:
         entry = self.actors.get(msg.actor_id)
         if entry is None:
             return
+        if entry.remote and sender == entry.remote:  # the hosting node reports; pass it on
+            entry.restarts = msg.restarts
+            if msg.error:
+                entry.error = msg.error
+            self._set_state(entry, msg.state, address=msg.address, reason=msg.reason)
+            return
         if msg.state == "alive":
             self._set_state(entry, "alive", address=msg.address)
         else:  # __init__ raised: dead for good, and its worker goes too
@@ -169,7 +189,9 @@ class ActorManager:
             return
         entry.no_restart = entry.no_restart or msg.no_restart
         entry.reason = "it was killed by zmesh.kill()"
-        if entry.worker is not None:
+        if entry.remote:
+            self.node.loop.send(entry.remote, msg)
+        elif entry.worker is not None:
             self.node.pool.kill(entry.worker)
         else:
             self._set_state(entry, "dead")
@@ -198,12 +220,42 @@ class ActorManager:
             if entry.spec.owner == owner and not entry.spec.detached and entry.state != "dead":
                 entry.no_restart = True
                 entry.reason = "its owner died"
-                if entry.worker is not None:
+                if entry.remote:
+                    self.node.loop.send(entry.remote, m.KillActor(actor_id=entry.spec.actor_id, no_restart=True))
+                elif entry.worker is not None:
                     self.node.pool.kill(entry.worker)
                 else:
                     self._set_state(entry, "dead")
                     self.node.apply(self.node.scheduler.cancel(entry.spec.actor_id))
             entry.subscribers.discard(owner)
+
+    def node_gone(self, node_id: str, address: str, why: str) -> None:
+        """A node died or left: restart the actors it hosted for us, or fail them."""
+        for entry in list(self.actors.values()):
+            if entry.state == "dead":
+                continue
+            if entry.remote == address:
+                entry.remote = ""
+                entry.worker = None
+                entry.reason = f"its node {node_id} {why}"
+                limit = entry.spec.max_restarts
+                if not entry.no_restart and (limit < 0 or entry.restarts < limit) and \
+                        not self.node.stopping:
+                    entry.restarts += 1
+                    entry.hops = 0
+                    self._set_state(entry, "restarting")
+                    self._schedule(entry)
+                else:
+                    self._set_state(entry, "dead")
+            elif entry.home == address:
+                # Its home (and owner) went: a detached actor lives on with us as its home.
+                entry.subscribers.discard(address)
+                entry.home = ""
+                if not entry.spec.detached:
+                    entry.no_restart = True
+                    entry.reason = f"its owner's node {node_id} {why}"
+                    if entry.worker is not None:
+                        self.node.pool.kill(entry.worker)
 
     def on_failed(self, d: Failed) -> None:
         entry = self.actors.get(d.work_id)

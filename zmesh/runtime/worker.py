@@ -35,6 +35,12 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
     client.loop.send(node_address, m.RegisterClient(
         address=client.address, kind="worker", pid=os.getpid(), worker_id=client.worker_id))
     client.loop.on(m.ClientRegistered, lambda s, msg, b: _registered(client, msg))
+    # The node's own answer can arrive after an owner's first task (another connection):
+    # the fork server's environment already says which node and store this worker has.
+    if os.environ.get("ZMESH_NODE_ID") and os.environ.get("ZMESH_STORE_DIR"):
+        _registered(client, m.ClientRegistered(
+            node_id=os.environ["ZMESH_NODE_ID"], node_address=node_address,
+            store_dir=os.environ["ZMESH_STORE_DIR"], job_id=os.environ.get("ZMESH_JOB_ID", "")))
     client.loop.run()  # the loop runs on the main thread; exits on Shutdown
     sys.stdout.flush()
     os._exit(0)
@@ -45,7 +51,8 @@ def _registered(client: CoreClient, msg: m.ClientRegistered) -> None:
 
     client.node_id = msg.node_id
     client.job_id = msg.job_id
-    client.mapper = StoreMapper(msg.store_dir)
+    if client.mapper is None:
+        client.mapper = StoreMapper(msg.store_dir)
 
 
 class _Stop:

@@ -1,0 +1,193 @@
+"""The node's membership shell: drives the SWIM core from the node's loop over tcp.
+
+Each node advertises its free and total resources, labels and node id as membership
+metadata; every change in the view becomes `scheduler.update_cluster`, and a member that
+dies or leaves is reported to the node so it can fail or move what ran there.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from zmesh.core.membership import Membership, MemberState
+from zmesh.core.resources import NodeResources
+from zmesh.protocol.messages.membership import (
+    Gossip,
+    Join,
+    Metadata,
+    Probe,
+    ProbeAck,
+    ProbeRequest,
+    PushPull,
+)
+from zmesh.runtime.loop import EventLoop
+
+logger = logging.getLogger("zmesh.mesh")
+
+TOTAL_PREFIX = "total:"
+NODE_ID_LABEL = "zmesh.node_id"
+IPC_LABEL = "zmesh.ipc"
+PID_LABEL = "zmesh.pid"
+PUBLISH_PERIOD_S = 0.1
+_MESSAGES = (Probe, ProbeAck, ProbeRequest, Gossip, Join, PushPull)
+
+
+def encode_metadata(total: dict[str, float], free: dict[str, float]) -> dict[str, float]:
+    """Free amounts under their own names, totals under `total:NAME`."""
+    out = dict(free)
+    out.update({TOTAL_PREFIX + k: v for k, v in total.items()})
+    return out
+
+
+def decode_metadata(meta: Metadata) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
+    """(total, free, user labels) from a member's advertised metadata."""
+    total = {k[len(TOTAL_PREFIX):]: v for k, v in meta.resources.items()
+             if k.startswith(TOTAL_PREFIX)}
+    free = {k: v for k, v in meta.resources.items() if not k.startswith(TOTAL_PREFIX)}
+    labels = {k: v for k, v in meta.labels.items() if not k.startswith("zmesh.")}
+    return total, free, labels
+
+
+class MeshAgent:
+    """Membership for one node: timers, messages, metadata, and the scheduler's view."""
+
+    def __init__(self, loop: EventLoop, address: str, node_id: str, *,
+                 total: Callable[[], dict[str, float]], free: Callable[[], dict[str, float]],
+                 labels: dict[str, str], ipc_address: str, pid: int,
+                 on_view: Callable[[dict[str, NodeResources]], None],
+                 on_gone: Callable[[str, str, str], None]) -> None:
+        self.loop = loop
+        self.address = address
+        self.node_id = node_id
+        self._total = total
+        self._free = free
+        self._on_view = on_view
+        self._on_gone = on_gone
+        self._labels = {**labels, NODE_ID_LABEL: node_id, IPC_LABEL: ipc_address,
+                        PID_LABEL: str(pid)}
+        self.membership = Membership(address, resources=self._resources(), labels=self._labels)
+        self.node_address: dict[str, str] = {node_id: address}  # node id -> tcp address
+        self.node_of: dict[str, str] = {address: node_id}  # tcp address -> node id
+        self.dead_nodes: dict[str, str] = {}  # node id -> why it went
+        self._armed = math.inf
+        self._published: dict[str, float] = {}
+        for cls in _MESSAGES:
+            loop.on(cls, self._on_message)
+
+    def _resources(self) -> dict[str, float]:
+        return encode_metadata(self._total(), self._free())
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, seeds: list[str]) -> None:
+        """Join through `seeds` (tcp addresses), or start a mesh of one when there are none."""
+        now = time.monotonic()
+        seeds = [s if s.startswith("tcp://") else f"tcp://{s}" for s in seeds]
+        seeds = [s for s in seeds if s != self.address]
+        if seeds:
+            self._send_all(self.membership.join(now, seeds))
+        self._tick()
+        self._publish()
+
+    def leave(self) -> None:
+        """Announce a graceful leave to a few members (the rest hear it by gossip)."""
+        self._send_all(self.membership.leave(time.monotonic()))
+
+    # -- timers and messages ---------------------------------------------------------------
+    def _tick(self) -> None:
+        self._armed = math.inf
+        self._send_all(self.membership.tick(time.monotonic()))
+        self._after()
+
+    def _on_message(self, sender: str, msg: Any, bufs: list[Any]) -> None:
+        self._send_all(self.membership.receive(time.monotonic(), sender, msg))
+        self._after()
+
+    def _after(self) -> None:
+        self._handle_events()
+        deadline = self.membership.next_deadline()
+        if deadline is None or deadline >= self._armed:
+            return
+        self._armed = deadline
+        self.loop.call_later(max(0.0, deadline - time.monotonic()), self._tick_if_due)
+
+    def _tick_if_due(self) -> None:
+        if time.monotonic() >= self._armed - 1e-4 or self._armed == math.inf:
+            self._tick()
+
+    def _send_all(self, out: list[tuple[str, Any]]) -> None:
+        for to, msg in out:
+            self.loop.send(to, msg)
+
+    def _publish(self) -> None:
+        """Advertise free resources when they changed (at most every PUBLISH_PERIOD_S)."""
+        res = self._resources()
+        if res != self._published:
+            self._published = res
+            self.membership.set_metadata(resources=res)
+            self._after()
+        self.loop.call_later(PUBLISH_PERIOD_S, self._publish)
+
+    # -- the view --------------------------------------------------------------------------
+    def _handle_events(self) -> None:
+        events = self.membership.drain_events()
+        if not events:
+            return
+        gone: list[tuple[str, str, str]] = []
+        for ev in events:
+            node_id = ev.metadata.labels.get(NODE_ID_LABEL, "")
+            if node_id:
+                self.node_address[node_id] = ev.address
+                self.node_of[ev.address] = node_id
+            if ev.kind.value in ("dead", "left") and node_id:
+                why = "left the mesh" if ev.kind.value == "left" else "died"
+                self.dead_nodes[node_id] = why
+                gone.append((node_id, ev.address, why))
+            elif ev.kind.value in ("joined", "alive") and node_id:
+                self.dead_nodes.pop(node_id, None)
+        self._on_view(self.view())
+        for node_id, address, why in gone:
+            self._on_gone(node_id, address, why)
+
+    def view(self) -> dict[str, NodeResources]:
+        """Every live member but this node, as the scheduler wants it."""
+        out: dict[str, NodeResources] = {}
+        for info in self.membership.members().values():
+            if info.address == self.address or not info.is_live:
+                continue
+            node_id = info.metadata.labels.get(NODE_ID_LABEL)
+            if not node_id:
+                continue
+            total, free, labels = decode_metadata(info.metadata)
+            out[node_id] = NodeResources.of(total, free, labels)
+        return out
+
+    def live_address(self, node_id: str) -> str | None:
+        """The tcp address of a live member, or None."""
+        address = self.node_address.get(node_id)
+        if address is None or node_id in self.dead_nodes:
+            return None
+        return address
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every member this node knows, for `nodes()` and `zmesh status`."""
+        rows = []
+        for info in self.membership.members().values():
+            total, free, labels = decode_metadata(info.metadata)
+            if info.address == self.address:
+                total, free = self._total(), self._free()
+            node_id = info.metadata.labels.get(NODE_ID_LABEL, "")
+            host = info.address[len("tcp://"):].rsplit(":", 1)[0]
+            rows.append({
+                "NodeID": node_id, "Alive": info.is_live, "alive": info.is_live,
+                "State": MemberState(info.state).name.lower(),
+                "NodeManagerAddress": host, "Address": info.address,
+                "IpcAddress": info.metadata.labels.get(IPC_LABEL, ""),
+                "Pid": int(info.metadata.labels.get(PID_LABEL, "0") or 0),
+                "Resources": total, "Available": free, "Labels": labels,
+                "Incarnation": info.incarnation,
+            })
+        return sorted(rows, key=lambda r: (r["Address"] != self.address, r["Address"]))
