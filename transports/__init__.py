@@ -7,6 +7,12 @@
 
 from __future__ import annotations
 
+if __name__ != "zmesh.transports":  # pragma: no cover - a second copy means a second registry
+    raise ImportError(
+        f"import zmesh.transports, not {__name__!r}: the transports/ folder installs as "
+        f"zmesh.transports, and a second copy would have its own registry of schemes"
+    )
+
 from .base import Buffer, Endpoint, live_endpoints
 from .chaos import ChaosEndpoint, Fate
 from .memory import MemoryEndpoint, MemoryNetwork
