@@ -12,6 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from zmesh.errors import ActorDiedError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
@@ -42,6 +44,19 @@ class ActorRecord:
     max_task_retries: int = 0
     queue: deque[Call] = field(default_factory=deque)
     inflight: dict[bytes, Call] = field(default_factory=dict)
+    # A restarted actor's mailbox expects each caller's calls from seq 0 again, so calls
+    # keep their submission seq and are renumbered densely for each new incarnation.
+    pending: set[int] = field(default_factory=set)  # seqs submitted and not yet completed
+    incarnation: int = -1  # the restart count our wire seqs are numbered for
+    renumbered: dict[int, int] = field(default_factory=dict)
+    seq_cut: int = 0  # seqs from here on map to seq - seq_cut + seq_base
+    seq_base: int = 0
+
+    def wire(self, msg: m.ActorCall) -> m.ActorCall:
+        """The call as the current incarnation must see it."""
+        seq = msg.seq
+        wire = seq - self.seq_cut + self.seq_base if seq >= self.seq_cut else self.renumbered[seq]
+        return msg if wire == seq else msgspec.structs.replace(msg, seq=wire)
 
 
 class ActorCaller:
@@ -85,6 +100,7 @@ class ActorCaller:
         with self._lock:
             seq = rec.seq
             rec.seq += 1
+            rec.pending.add(seq)
         release = [r.id for r in top_refs] + nested_ids
         if release:
             client.objects.add_submitted(release)
@@ -99,7 +115,7 @@ class ActorCaller:
             if rec.state == "alive" and not rec.queue:
                 rec.inflight[task_id] = call
                 if rec.state == "alive":  # re-check: a death seen now will see this call
-                    client.send_direct(rec.address, msg)
+                    client.send_direct(rec.address, rec.wire(msg))
                     return task_id
                 rec.inflight.pop(task_id, None)
             client.loop.call_soon(self._dispatch, rec, call)
@@ -141,7 +157,7 @@ class ActorCaller:
     def _dispatch(self, rec: ActorRecord, call: Call) -> None:
         if rec.state == "alive":
             rec.inflight[call.msg.task_id] = call
-            if not self.client.loop.send(rec.address, call.msg):
+            if not self.client.loop.send(rec.address, rec.wire(call.msg)):
                 rec.inflight.pop(call.msg.task_id, None)
                 rec.queue.append(call)
         elif rec.state == "dead":
@@ -155,10 +171,14 @@ class ActorCaller:
             return
         if msg.class_name:
             rec.class_name = msg.class_name
-        rec.state = msg.state
-        if msg.state == "alive":
+        if msg.state == "alive":  # address and numbering first: user threads send on "alive"
+            if rec.incarnation >= 0 and msg.restarts != rec.incarnation:
+                self._renumber(rec)
+            rec.incarnation = msg.restarts
             rec.address = msg.address
             self._by_address[msg.address] = rec
+        rec.state = msg.state
+        if msg.state == "alive":
             queued = sorted(rec.queue, key=lambda c: c.msg.seq)
             rec.queue.clear()
             for call in queued:
@@ -178,6 +198,13 @@ class ActorCaller:
                     self._fail(rec, call, self._death_value(rec, msg))
             rec.inflight.clear()
 
+    def _renumber(self, rec: ActorRecord) -> None:
+        """Number the calls still to run densely from 0 for a new incarnation."""
+        with self._lock:
+            rec.renumbered = {seq: i for i, seq in enumerate(sorted(rec.pending))}
+            rec.seq_base = len(rec.renumbered)
+            rec.seq_cut = rec.seq
+
     def _death_value(self, rec: ActorRecord, msg: m.ActorState) -> m.Value:
         cause = None
         if msg.error:
@@ -193,6 +220,7 @@ class ActorCaller:
     def _fail(self, rec: ActorRecord, call: Call, error: m.Value | None = None) -> None:
         value = error or rec.error or values.encode_error(
             ActorDiedError(f"actor {rec.class_name!r} is dead"))
+        rec.pending.discard(call.msg.seq)
         self._complete(call, [value] * max(call.msg.num_returns, 1))
 
     def on_result(self, sender: str, msg: m.TaskResult) -> None:
@@ -200,6 +228,7 @@ class ActorCaller:
         call = None if rec is None else rec.inflight.pop(msg.task_id, None)
         if call is None:
             return
+        rec.pending.discard(call.msg.seq)  # type: ignore[union-attr]
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         self._complete(call, msg.returns)
