@@ -89,6 +89,14 @@ def _resolve_address(address: str) -> tuple[str, str]:
     if not sep or not host or not port.isdigit():
         raise ZmeshError(f"cannot connect to {address!r}: give a node's host:port (as `zmesh "
                          "node` prints it), tcp://host:port, an ipc:// address, or 'auto'")
+    if not address.startswith("tcp://"):
+        # A node on this machine: talk to it over its ipc socket (faster, and it can watch
+        # our pid). An explicit tcp:// address always goes over tcp.
+        from zmesh.runtime.launcher import running_nodes
+
+        for info in running_nodes():
+            if info.get("address") == f"tcp://{host}:{port}":
+                return str(info["ipc"]), str(info["session_dir"])
     return f"tcp://{host}:{port}", ""
 
 

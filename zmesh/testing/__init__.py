@@ -1,1 +1,5 @@
 """zmesh.testing."""
+
+from zmesh.testing.cluster import Cluster, ClusterNode
+
+__all__ = ["Cluster", "ClusterNode"]

@@ -1,0 +1,82 @@
+"""Asking a node for its state from outside the runtime: `zmesh status`, `Cluster`, tests.
+
+A `NodeQuerier` holds one endpoint of its own and sends `Query` messages to any node's
+tcp or ipc address; it is not a driver (it registers nothing and owns nothing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import Any
+
+import msgspec
+
+from zmesh.errors import ZmeshError
+from zmesh.protocol import codec
+from zmesh.protocol.messages import runtime as m
+from zmesh.transports import open_endpoint
+
+
+class NodeQuerier:
+    """A small synchronous client for node queries (one thread at a time)."""
+
+    def __init__(self, bind: str = "tcp://127.0.0.1:0") -> None:
+        self.endpoint = open_endpoint(bind)
+        self._ids = itertools.count(1)
+
+    def query(self, address: str, what: str, arg: bytes = b"", timeout: float = 5.0) -> Any:
+        """The node's decoded answer to `what`; ZmeshError if it errs or does not answer."""
+        if not address.startswith(("tcp://", "ipc://")):
+            address = f"tcp://{address}"
+        rid = next(self._ids)
+        self.endpoint.send(address, [codec.encode(m.Query(request_id=rid, what=what, arg=arg))])
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ZmeshError(f"no answer from the zmesh node at {address} within "
+                                 f"{timeout:g}s to a {what!r} query")
+            item = self.endpoint.recv(left)
+            if item is None:
+                continue
+            unpacked = codec.safe_unpack(item[1], sender=item[0])
+            if unpacked is None:
+                continue
+            reply = unpacked[0]
+            if not isinstance(reply, m.QueryReply) or reply.request_id != rid:
+                continue  # a late answer to an earlier query that timed out
+            if reply.error:
+                raise ZmeshError(f"node at {address}: {reply.error}")
+            return msgspec.msgpack.decode(reply.data)
+
+    def close(self) -> None:
+        self.endpoint.close()
+
+    def __enter__(self) -> NodeQuerier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def query_node(address: str, what: str, arg: bytes = b"", timeout: float = 5.0) -> Any:
+    """One query to one node, with a short-lived endpoint."""
+    with NodeQuerier() as q:
+        return q.query(address, what, arg, timeout)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

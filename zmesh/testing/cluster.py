@@ -1,0 +1,235 @@
+"""`Cluster`: several zmesh nodes on this machine (subprocesses on loopback ports) for tests.
+
+Mirrors Ray's `ray.cluster_utils.Cluster` so that tests written for Ray port unchanged::
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    node = cluster.add_node(num_cpus=1, resources={"gpu_box": 1})
+    cluster.wait_for_nodes()
+    zmesh.init(address=cluster.address)
+    ...
+    cluster.shutdown()
+
+Beyond Ray: `kill_node` (SIGKILL, no goodbye), `pause_node`/`resume_node` (SIGSTOP/SIGCONT).
+Every node dies with the process that made the cluster, and `shutdown` removes their files.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from zmesh.errors import ZmeshError
+from zmesh.runtime.launcher import session_root
+from zmesh.runtime.node_query import NodeQuerier, pid_alive
+from zmesh.store.sweep import default_store_root
+
+__all__ = ["Cluster", "ClusterNode"]
+
+
+@dataclass(eq=False)
+class ClusterNode:
+    """One node of a `Cluster`: its id (as `get_runtime_context().get_node_id()` reports
+    it there), its tcp address (`host:port`), its process and files."""
+
+    node_id: str
+    address: str
+    ipc_address: str
+    session_dir: str
+    proc: subprocess.Popen[bytes]
+    args: dict[str, Any] = field(default_factory=dict)
+    paused: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def node_manager_address(self) -> str:
+        return self.address.rsplit(":", 1)[0]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def __repr__(self) -> str:
+        return f"ClusterNode({self.node_id[:8]} at {self.address}, pid={self.pid})"
+
+
+class Cluster:
+    """Nodes on this machine, joined into one mesh through the first node added."""
+
+    def __init__(self, initialize_head: bool = False, connect: bool = False,
+                 head_node_args: dict[str, Any] | None = None,
+                 shutdown_at_exit: bool = True) -> None:
+        self.head_node: ClusterNode | None = None
+        self.worker_nodes: set[ClusterNode] = set()
+        self._removed: list[ClusterNode] = []
+        self._querier: NodeQuerier | None = None
+        if shutdown_at_exit:
+            atexit.register(self.shutdown)
+        if initialize_head:
+            self.add_node(**(head_node_args or {}))
+            if connect:
+                self.connect()
+        elif connect:
+            raise ValueError("Cluster(connect=True) needs initialize_head=True")
+
+    # -- nodes -----------------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        """`host:port` of the head node, for `zmesh.init(address=...)`."""
+        if self.head_node is None:
+            raise ZmeshError("the cluster has no head node yet; call add_node() first")
+        return self.head_node.address
+
+    def list_all_nodes(self) -> list[ClusterNode]:
+        """The head node first, then the others in the order they were added."""
+        head = [self.head_node] if self.head_node is not None else []
+        return head + sorted(self.worker_nodes, key=lambda n: n.proc.pid)
+
+    def add_node(self, wait: bool = True, **node_args: Any) -> ClusterNode:
+        """Start a node (num_cpus=1 unless given) and join it to the cluster.
+
+        Accepts num_cpus, num_gpus, resources, object_store_memory and labels. With `wait`,
+        returns once every live node knows the new one.
+        """
+        known = {"num_cpus", "num_gpus", "resources", "object_store_memory", "labels"}
+        unknown = set(node_args) - known
+        if unknown:
+            raise TypeError(f"add_node() got unknown node arguments {sorted(unknown)}; "
+                            f"it takes {sorted(known)}")
+        session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
+        cmd = [sys.executable, "-m", "zmesh.runtime.node", "--session-dir", session_dir,
+               "--num-cpus", str(float(node_args.get("num_cpus", 1))),
+               "--num-gpus", str(float(node_args.get("num_gpus", 0))),
+               "--resources", json.dumps(node_args.get("resources") or {}),
+               "--labels", json.dumps(node_args.get("labels") or {}),
+               "--object-store-memory", str(int(node_args.get("object_store_memory") or
+                                                 256 * 1024 * 1024)),
+               "--parent-pid", str(os.getpid())]
+        if self.head_node is not None:
+            cmd += ["--join", self.head_node.address]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        proc.stdout.close()
+        if not line.startswith("ZMESH-NODE-READY"):
+            proc.kill()
+            proc.wait()
+            shutil.rmtree(session_dir, ignore_errors=True)
+            raise ZmeshError(f"a cluster node failed to start (exit code {proc.poll()}): "
+                             f"{line!r}")
+        _, ipc, node_id, tcp = line.split()
+        node = ClusterNode(node_id, tcp[len("tcp://"):], ipc, session_dir, proc, dict(node_args))
+        if self.head_node is None:
+            self.head_node = node
+        else:
+            self.worker_nodes.add(node)
+        if wait:
+            self.wait_for_nodes()
+        return node
+
+    def remove_node(self, node: ClusterNode, allow_graceful: bool = True) -> None:
+        """Stop a node: gracefully (it announces its departure), or with SIGKILL."""
+        if node.paused:
+            self.resume_node(node)
+        if allow_graceful:
+            node.proc.terminate()
+            try:
+                node.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                node.proc.wait()
+        else:
+            node.proc.kill()
+            node.proc.wait()
+        self._forget(node)
+
+    def kill_node(self, node: ClusterNode) -> None:
+        """SIGKILL the node: no goodbye; the others must notice by themselves."""
+        self.remove_node(node, allow_graceful=False)
+
+    def pause_node(self, node: ClusterNode) -> None:
+        """SIGSTOP the node (its workers keep running); it answers nobody until resumed."""
+        os.kill(node.pid, signal.SIGSTOP)
+        node.paused = True
+
+    def resume_node(self, node: ClusterNode) -> None:
+        """SIGCONT a paused node."""
+        os.kill(node.pid, signal.SIGCONT)
+        node.paused = False
+
+    def _forget(self, node: ClusterNode) -> None:
+        if node is self.head_node:
+            self.head_node = None
+        self.worker_nodes.discard(node)
+        self._removed.append(node)
+        _remove_files(node)
+
+    # -- views -----------------------------------------------------------------------------
+    def query(self, node: ClusterNode, what: str, timeout: float = 5.0) -> Any:
+        """Ask one node for its state (`nodes`, `actors`, `pending`, ...)."""
+        if self._querier is None:
+            self._querier = NodeQuerier()
+        return self._querier.query(node.address, what, timeout=timeout)
+
+    def live_view(self, node: ClusterNode) -> set[str]:
+        """The node ids `node` counts as alive (itself included)."""
+        return {row["NodeID"] for row in self.query(node, "nodes") if row["Alive"]}
+
+    def wait_for_nodes(self, timeout: float = 30.0) -> None:
+        """Wait until every live node of the cluster knows exactly the live nodes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = [n for n in self.list_all_nodes() if n.alive() and not n.paused]
+            want = {n.node_id for n in nodes}
+            try:
+                if all(self.live_view(n) == want for n in nodes):
+                    return
+            except ZmeshError:
+                pass
+            if time.monotonic() > deadline:
+                views = {n.node_id[:8]: sorted(i[:8] for i in self.live_view(n)) for n in nodes}
+                raise TimeoutError(f"cluster nodes did not agree on membership within "
+                                   f"{timeout:g}s: want {sorted(i[:8] for i in want)}, "
+                                   f"views {views}")
+            time.sleep(0.05)
+
+    def connect(self, namespace: str | None = None) -> dict[str, Any]:
+        """`zmesh.init(address=self.address)`."""
+        import zmesh
+
+        return dict(zmesh.init(address=self.address, namespace=namespace))
+
+    def shutdown(self) -> None:
+        """Disconnect a driver connected here, stop every node, remove their files."""
+        import zmesh
+
+        if zmesh.is_initialized():
+            zmesh.shutdown()
+        for node in self.list_all_nodes():
+            self.remove_node(node)
+        for node in self._removed:
+            if node.proc.poll() is None:
+                node.proc.kill()
+                node.proc.wait()
+        if self._querier is not None:
+            self._querier.close()
+            self._querier = None
+
+
+def _remove_files(node: ClusterNode) -> None:
+    """A node killed with -9 leaves its session and store directories: take them away."""
+    deadline = time.monotonic() + 10
+    while pid_alive(node.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    shutil.rmtree(node.session_dir, ignore_errors=True)
+    shutil.rmtree(os.path.join(default_store_root(), node.node_id), ignore_errors=True)
