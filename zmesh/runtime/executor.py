@@ -36,6 +36,7 @@ class Executor:
         self.client = client
         self.pid = os.getpid()
         self.functions: dict[bytes, Any] = {}
+        self.produced: dict[bytes, m.Value] = {}  # recent results, for chained tasks
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.mailbox: Mailbox[m.ActorCall] = Mailbox()
         self.instance: Any = None
@@ -108,7 +109,8 @@ class Executor:
         refs: list[Any] = []
         try:
             fn = self._function(msg.fn_id, msg.fn_blob)
-            args, kwargs, refs = unpack_args(msg.args, client.read)
+            packed = self._resolve_pending(msg) if msg.ref_ids else msg.args
+            args, kwargs, refs = unpack_args(packed, client.read)
             result = fn(*args, **kwargs)
             del args, kwargs
             self.running = b""
@@ -120,6 +122,24 @@ class Executor:
             _restore_env(saved_env)
             client.current_task_id = b""
         self._reply(msg.owner, msg.task_id, returns, refs)
+
+    def _resolve_pending(self, msg: m.ExecuteTask) -> m.Args:
+        """Fill in arguments the owner sent as pending: from values this worker made itself,
+        else from the owner (which answers once the value exists)."""
+        from zmesh.object_ref import ObjectRef
+
+        out = []
+        for value, oid in zip(msg.args.refs, msg.ref_ids):
+            if value.data or value.loc is not None:
+                out.append(value)
+                continue
+            mine = self.produced.get(oid)
+            if mine is None:
+                ref = ObjectRef(oid, msg.owner, self.client)
+                mine = self.client._wait_values([ref], None)[0]
+                del ref
+            out.append(mine)
+        return m.Args(data=msg.args.data, refs=out)
 
     def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str
                         ) -> list[m.Value]:
@@ -141,6 +161,11 @@ class Executor:
         return out
 
     def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any]) -> None:
+        produced = self.produced
+        for i, value in enumerate(returns):
+            produced[IdGen.object_id(task_id, i)] = value
+        while len(produced) > 256:
+            del produced[next(iter(produced))]
         borrowed: list[bytes] = []
         if refs:
             ids = {r.id for r in refs if r.owner != self.client.address}

@@ -300,6 +300,7 @@ class ExecuteTask(Message, tag=50):
     fn_blob: bytes = b""
     env_vars: dict[str, str] = {}
     attempt: int = 0
+    ref_ids: list[bytes] = []  # ids of args.refs, given when some are pending (empty Values)
 
 
 class TaskResult(Message, tag=51):
