@@ -74,3 +74,13 @@ def test_example_runs_and_prints_its_result(name, short_tmp):
         f"{name} left processes: {[p.cmdline() for p in processes_with_token(token)]}"
     sessions = list(short_tmp.glob("zmesh-*/session-*"))
     assert not sessions, f"{name} left session directories: {sessions}"
+
+
+def test_readme_example_runs_and_prints_what_its_comments_say(short_tmp):
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    env = dict(os.environ, TMPDIR=str(short_tmp))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=90, env=env, cwd=short_tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["[0, 1, 4, 9]", "[1, 2, 3]", "1000000.0"]
