@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 from zmesh._version import __version__
+from zmesh.runtime.mesh_cli import MESH_COMMANDS
 
 Handler = Callable[[argparse.Namespace], int]
 #: the benchmarks/ folder of the source checkout this package is installed from (editable)
@@ -74,6 +75,7 @@ def add_microbenchmark_command(subparsers: argparse._SubParsersAction) -> None: 
 
 #: every subcommand, in the order `--help` lists them; add new ones here
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
+    *MESH_COMMANDS,
     add_microbenchmark_command,
 ]
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 from zmesh.errors import ZmeshError
 
@@ -59,10 +60,10 @@ def stop_node(proc: subprocess.Popen[bytes], session_dir: str, timeout: float = 
         pass
 
 
-def running_nodes() -> list[dict[str, object]]:
+def running_nodes() -> list[dict[str, Any]]:
     """The live nodes started on this machine by this user, from their node.json files."""
     root = session_root()
-    found: list[dict[str, object]] = []
+    found: list[dict[str, Any]] = []
     for name in sorted(os.listdir(root)):
         path = os.path.join(root, name, "node.json")
         try:

@@ -1,0 +1,239 @@
+"""The mesh subcommands of `zmesh`: `node`, `status`, `list`, `stop`.
+
+`status` and `list` ask a running node (`--address host:port`, else one started on this
+machine) and every live member it knows; `stop` signals the nodes started on this machine,
+found by the `node.json` each keeps in its session directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from typing import Any
+
+from zmesh.errors import ZmeshError
+from zmesh.runtime.launcher import running_nodes, session_root
+from zmesh.runtime.node_query import NodeQuerier, pid_alive
+
+Sub = Any  # argparse._SubParsersAction
+LIST_KINDS = ("nodes", "actors", "tasks", "objects", "placement-groups")
+
+
+# -- zmesh node ----------------------------------------------------------------------------
+def add_node_command(subparsers: Sub) -> None:
+    p = subparsers.add_parser("node", help="run a node in the foreground",
+                              description="Run a zmesh node until SIGINT/SIGTERM; with --join "
+                                          "it joins the mesh of any running member.")
+    p.add_argument("--join", metavar="HOST:PORT", action="append", default=[],
+                   help="a running member to join through")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    p.add_argument("--port", type=int, default=0, help="tcp port (default: a free one)")
+    p.add_argument("--num-cpus", type=float, default=float(os.cpu_count() or 1))
+    p.add_argument("--num-gpus", type=float, default=0.0)
+    p.add_argument("--resources", default="{}", metavar="JSON", help='e.g. \'{"disk": 2}\'')
+    p.add_argument("--object-store-memory", type=int, default=0, metavar="BYTES")
+    p.add_argument("--labels", default="{}", metavar="JSON", help='e.g. \'{"zone": "a"}\'')
+    p.set_defaults(handler=run_node)
+
+
+def run_node(args: argparse.Namespace) -> int:
+    from zmesh.runtime import node
+
+    session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
+    argv = ["--session-dir", session_dir, "--num-cpus", str(args.num_cpus),
+            "--num-gpus", str(args.num_gpus), "--resources", args.resources,
+            "--labels", args.labels, "--object-store-memory", str(args.object_store_memory),
+            "--host", args.host, "--port", str(args.port), "--announce"]
+    for seed in args.join:
+        argv += ["--join", seed]
+    try:
+        node.main(argv)
+    finally:
+        shutil.rmtree(session_dir, ignore_errors=True)
+    print("zmesh node stopped", flush=True)
+    return 0
+
+
+# -- zmesh status / list -------------------------------------------------------------------
+def _address_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", metavar="HOST:PORT",
+                   help="any member (default: a node started on this machine)")
+
+
+def add_status_command(subparsers: Sub) -> None:
+    p = subparsers.add_parser("status", help="members, resources, actors, placement groups")
+    _address_arg(p)
+    p.set_defaults(handler=run_status)
+
+
+def add_list_command(subparsers: Sub) -> None:
+    p = subparsers.add_parser("list", help="list nodes, actors, tasks, objects or groups")
+    p.add_argument("kind", choices=LIST_KINDS)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    _address_arg(p)
+    p.set_defaults(handler=run_list)
+
+
+def _entry_address(address: str | None) -> str:
+    if address:
+        return address
+    nodes = running_nodes()
+    if not nodes:
+        raise ZmeshError("no running zmesh node on this machine; start one with `zmesh node` "
+                         "or pass --address HOST:PORT")
+    return str(nodes[0]["address"])
+
+
+def gather(address: str | None, timeout: float = 5.0) -> dict[str, Any]:
+    """Every live member's state: {"nodes": [...], "per_node": {node_id: {...}}}."""
+    with NodeQuerier() as q:
+        members = q.query(_entry_address(address), "nodes", timeout=timeout)
+        per_node: dict[str, dict[str, Any]] = {}
+        for row in members:
+            if not row["Alive"]:
+                continue
+            got: dict[str, Any] = {}
+            for what in ("actors", "placement_groups", "store", "pending", "leases"):
+                try:
+                    got[what] = q.query(row["Address"], what, timeout=timeout)
+                except ZmeshError as exc:
+                    got[what] = {"error": str(exc)}
+            per_node[row["NodeID"]] = got
+    return {"nodes": members, "per_node": per_node}
+
+
+def _rows(kind: str, state: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    if kind == "nodes":
+        for n in state["nodes"]:
+            rows.append({"node_id": n["NodeID"], "state": n["State"], "address": n["Address"],
+                         "resources": n["Resources"], "available": n["Available"],
+                         "labels": n["Labels"]})
+        return rows
+    for node_id, got in state["per_node"].items():
+        if kind == "actors":
+            for actor_id, a in (got.get("actors") or {}).items():
+                if isinstance(a, dict) and "class_name" in a:
+                    rows.append({"actor_id": actor_id, "node_id": node_id, **a})
+        elif kind == "placement-groups":
+            for pg in (got.get("placement_groups") or {}).values():
+                if isinstance(pg, dict) and "placement_group_id" in pg:
+                    rows.append({"node_id": node_id, **pg})
+        elif kind == "tasks":
+            for le in got.get("leases") or []:
+                if isinstance(le, dict):
+                    rows.append({"node_id": node_id, "kind": "lease", **le})
+            for p in got.get("pending") or []:
+                if isinstance(p, dict):
+                    rows.append({"node_id": node_id, "state": "infeasible" if p["infeasible"]
+                                 else "pending", **p})
+        elif kind == "objects":
+            st = got.get("store") or {}
+            rows.append({"node_id": node_id, **st})
+    return rows
+
+
+def run_list(args: argparse.Namespace) -> int:
+    try:
+        rows = _rows(args.kind, gather(args.address))
+    except ZmeshError as exc:
+        print(f"zmesh list: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        _print_table(rows)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[_cell(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, dict):
+        return ",".join(f"{k}={_num(x)}" for k, x in sorted(v.items())
+                        if not str(k).startswith(("node:", "memory", "object_store")))
+    return _num(v)
+
+
+def _num(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    try:
+        state = gather(args.address)
+    except ZmeshError as exc:
+        print(f"zmesh status: {exc}", file=sys.stderr)
+        return 1
+    print("======== zmesh status ========")
+    print("Members:")
+    for n in state["nodes"]:
+        total, free = n["Resources"], n["Available"]
+        used = ", ".join(f"{total[k] - free.get(k, 0.0):g}/{total[k]:g} {k}"
+                         for k in sorted(total) if not k.startswith(("node:", "memory",
+                                                                     "object_store")))
+        print(f"  {n['NodeID'][:12]}  {n['State']:<7} {n['Address']:<22} {used}")
+    for title, kind in (("Actors", "actors"), ("Placement groups", "placement-groups"),
+                        ("Pending / infeasible work", "tasks")):
+        rows = _rows(kind, state)
+        if kind == "tasks":
+            rows = [r for r in rows if r.get("state") in ("pending", "infeasible")]
+        print(f"{title}: {len(rows)}")
+        for r in rows:
+            if kind == "actors":
+                print(f"  {r['actor_id'][:12]}  {r['class_name']:<20} {r['state']:<11} "
+                      f"node {r['node_id'][:12]}  {r.get('name', '')}")
+            elif kind == "placement-groups":
+                print(f"  {r['placement_group_id'][:12]}  {r['strategy']:<13} {r['state']:<8} "
+                      f"{r.get('reason', '')}")
+            else:
+                print(f"  {r['state']:<10} {r['name']}: {r['reason']}")
+    print("Object stores:")
+    for r in _rows("objects", state):
+        used, cap = r.get("used_bytes", r.get("used", "?")), r.get("capacity", "?")
+        print(f"  {r['node_id'][:12]}  used {used} of {cap} bytes")
+    return 0
+
+
+# -- zmesh stop ----------------------------------------------------------------------------
+def add_stop_command(subparsers: Sub) -> None:
+    p = subparsers.add_parser("stop", help="stop the zmesh nodes started on this machine")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
+    p.set_defaults(handler=run_stop)
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    nodes = running_nodes()
+    for info in nodes:
+        try:
+            os.kill(int(info["pid"]), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + args.timeout
+    for info in nodes:
+        pid = int(info["pid"])
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    print(f"stopped {len(nodes)} zmesh node(s)")
+    return 0
+
+
+MESH_COMMANDS = [add_node_command, add_status_command, add_list_command, add_stop_command]
