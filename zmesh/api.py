@@ -180,6 +180,9 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
     client = context.current_client()
+    rec = client.actors.records.get(actor._actor_id)
+    if no_restart and rec is not None and rec.state != "dead":
+        rec.state = "killing"  # calls made from now on queue, then fail: none reach the worker
     client.loop.send_threadsafe(client.node_address, m.KillActor(actor_id=actor._actor_id,
                                                                  no_restart=no_restart))
     if no_restart:
