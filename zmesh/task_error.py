@@ -10,9 +10,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from zmesh.errors import ZmeshError
+from zmesh.errors import ActorDiedError, ZmeshError
 
-_derived: dict[type, type] = {}
+_derived: dict[tuple[type, type], type] = {}
 
 
 class TaskError(ZmeshError):
@@ -41,24 +41,42 @@ class TaskError(ZmeshError):
         cause = self.cause
         if cause is None or isinstance(cause, TaskError):
             return self
-        cls = type(cause)
-        derived = _derived.get(cls)
+        cls, base = type(cause), type(self)
+        derived = _derived.get((base, cls))
         if derived is None:
             try:
-                derived = type(f"TaskError({cls.__name__})", (TaskError, cls), {})  # type: ignore[call-overload]
+                derived = type(f"{base.__name__}({cls.__name__})", (base, cls), {})
                 derived.__module__ = "zmesh.exceptions"
             except TypeError:  # a class that cannot be subclassed (final, layout conflict)
                 return self
-            _derived[cls] = derived
-        err = derived.__new__(derived)
+            _derived[(base, cls)] = derived
+        made: Any = derived
+        err = made.__new__(made)
         try:
             err.__dict__.update(getattr(cause, "__dict__", {}))
         except Exception:
             pass
-        err.args = cause.args
-        TaskError.__init__(err, self.function_name, self.traceback_str, cause, self.pid)
+        # copy our fields: TaskError.__init__ would reach the user class's __init__ via super()
+        err.__dict__.update(self.__dict__)
         err.args = cause.args
         return err  # type: ignore[no-any-return]
+
+
+class ActorInitError(TaskError, ActorDiedError):
+    """An actor's `__init__` raised: the actor is dead, and its calls re-raise the original
+    exception (`get` raises an instance of the user's class that is also an ActorDiedError)."""
+
+    def __init__(self, death: str, function_name: str, traceback_str: str,
+                 cause: BaseException | None, pid: int = 0) -> None:
+        self.death = death
+        super().__init__(function_name, traceback_str, cause, pid)
+
+    def _message(self) -> str:
+        return f"{self.death}\n{self.traceback_str.rstrip()}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorInitError, (self.death, self.function_name, self.traceback_str, self.cause,
+                                 self.pid))
 
 
 def _rebuild(function_name: str, tb: str, cause: BaseException | None, pid: int) -> TaskError:

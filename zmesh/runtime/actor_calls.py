@@ -19,6 +19,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
+from zmesh.task_error import ActorInitError, TaskError
 
 if TYPE_CHECKING:
     from zmesh.runtime.client import CoreClient
@@ -213,6 +214,9 @@ class ActorCaller:
             except Exception:
                 cause = None
         text = f"actor {rec.class_name!r} ({rec.actor_id.hex()[:12]}) died: {msg.reason}"
+        if isinstance(cause, TaskError):  # __init__ raised: calls re-raise the user's error
+            return values.encode_error(ActorInitError(text, cause.function_name,
+                                                      cause.traceback_str, cause.cause, cause.pid))
         err = ActorDiedError(text)
         err.cause = cause  # type: ignore[attr-defined]
         return values.encode_error(err)

@@ -402,3 +402,21 @@ def test_actor_with_num_cpus_holds_that_cpu_while_alive(ray):
     assert ray.available_resources()["CPU"] == total - 1
     ray.kill(h)
     assert wait_until(lambda: _all_cpus_free(ray))
+
+
+def test_user_exception_with_its_own_constructor_is_reraised_as_its_class(ray):
+    class QuotaError(Exception):
+        def __init__(self, user, limit):
+            super().__init__(f"{user} is over {limit}")
+            self.user = user
+            self.limit = limit
+
+    @ray.remote
+    class Quota:
+        def check(self):
+            raise QuotaError("ann", 3)
+
+    q = Quota.remote()
+    with pytest.raises(QuotaError, match="ann is over 3") as info:
+        ray.get(q.check.remote())
+    assert (info.value.user, info.value.limit) == ("ann", 3)
