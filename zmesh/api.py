@@ -185,8 +185,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         rec.state = "killing"  # calls made from now on queue, then fail: none reach the worker
     client.loop.send_threadsafe(client.node_address, m.KillActor(actor_id=actor._actor_id,
                                                                  no_restart=no_restart))
-    if no_restart:
-        client.loop.call_soon(client.actors.killed, actor._actor_id)
+    client.actors.kill_requested(actor._actor_id, no_restart)
 
 
 def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:

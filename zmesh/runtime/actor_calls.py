@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from zmesh.errors import ActorDiedError
+from zmesh.errors import ActorDiedError, ActorUnavailableError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
@@ -52,6 +52,8 @@ class ActorRecord:
     renumbered: dict[int, int] = field(default_factory=dict)
     seq_cut: int = 0  # seqs from here on map to seq - seq_cut + seq_base
     seq_base: int = 0
+    hold: bool = False  # this caller is killing the actor: send nothing from user threads
+    killed_incarnation: int = -1  # an "alive" for it is stale news
 
     def wire(self, msg: m.ActorCall) -> m.ActorCall:
         """The call as the current incarnation must see it."""
@@ -113,7 +115,7 @@ class ActorCaller:
                               task_id=task_id, method=method, args=m.Args(data=data),
                               num_returns=num_returns)
             call = Call(msg, release, rec.max_task_retries)
-            if rec.state == "alive" and not rec.queue:
+            if rec.state == "alive" and not rec.queue and not rec.hold:
                 rec.inflight[task_id] = call
                 if rec.state == "alive":  # re-check: a death seen now will see this call
                     client.send_direct(rec.address, rec.wire(msg))
@@ -122,7 +124,25 @@ class ActorCaller:
             client.loop.call_soon(self._dispatch, rec, call)
         return task_id
 
+    def kill_requested(self, actor_id: bytes, no_restart: bool) -> None:
+        """This caller asked the node to kill the actor: later calls go through the loop,
+        behind the kill, so none reaches the worker being killed."""
+        rec = self.records.get(actor_id)
+        if rec is None:
+            return
+        rec.hold = True
+        self.client.loop.call_soon(self.killed if no_restart else self._restarting, actor_id)
+
     # -- loop thread -----------------------------------------------------------------------
+    def _restarting(self, actor_id: bytes) -> None:
+        rec = self.records.get(actor_id)
+        if rec is None or rec.state != "alive":
+            if rec is not None:
+                rec.hold = False
+            return
+        rec.state = "restarting"  # queue calls for the next incarnation
+        rec.killed_incarnation = rec.incarnation
+
     def killed(self, actor_id: bytes) -> None:
         """This caller killed the actor (no restart): fail its calls now, not when the node
         reports the death, so that a call made after `kill` never reaches the old worker."""
@@ -170,6 +190,9 @@ class ActorCaller:
         rec = self.records.get(msg.actor_id)
         if rec is None or rec.state == "dead":  # death is final; later news is stale
             return
+        if msg.state == "alive" and msg.restarts == rec.killed_incarnation:
+            return  # the incarnation this caller is killing
+        rec.hold = False
         if msg.class_name:
             rec.class_name = msg.class_name
         if msg.state == "alive":  # address and numbering first: user threads send on "alive"
@@ -196,7 +219,7 @@ class ActorCaller:
                     call.retries_left -= 1
                     rec.queue.append(call)
                 else:
-                    self._fail(rec, call, self._death_value(rec, msg))
+                    self._fail(rec, call, self._unavailable_value(rec, msg, call))
             rec.inflight.clear()
 
     def _renumber(self, rec: ActorRecord) -> None:
@@ -205,6 +228,12 @@ class ActorCaller:
             rec.renumbered = {seq: i for i, seq in enumerate(sorted(rec.pending))}
             rec.seq_base = len(rec.renumbered)
             rec.seq_cut = rec.seq
+
+    def _unavailable_value(self, rec: ActorRecord, msg: m.ActorState, call: Call) -> m.Value:
+        return values.encode_error(ActorUnavailableError(
+            f"actor {rec.class_name!r} ({rec.actor_id.hex()[:12]}) is restarting: {msg.reason}; "
+            f"the call to {call.msg.method!r} was in flight and is not retried "
+            f"(max_task_retries={rec.max_task_retries})"))
 
     def _death_value(self, rec: ActorRecord, msg: m.ActorState) -> m.Value:
         cause = None

@@ -390,6 +390,8 @@ class Node:
         elif prev == "actor":
             self.actors.worker_died(info, f"its worker (pid={pid}) was {reason}"
                                     if "signal" in reason else f"its worker (pid={pid}) {reason}")
+        if prev != "actor" and info.address:  # actors its tasks created die with it
+            self.actors.owner_died(info.address)
         if not self.stopping and len(self.idle) < 1:
             self._prestart()
 

@@ -40,6 +40,7 @@ class ActorEntry:
     no_restart: bool = False
     error: bytes = b""
     reason: str = ""
+    kill_reason: str = ""  # why this node killed its worker, which then names the death
     remote: str = ""  # the node hosting it, while this node is its home
     home: str = ""  # its home node, while this node hosts it for that one
     hops: int = 0
@@ -188,7 +189,7 @@ class ActorManager:
         if entry is None or entry.state == "dead":
             return
         entry.no_restart = entry.no_restart or msg.no_restart
-        entry.reason = "it was killed by zmesh.kill()"
+        entry.reason = entry.kill_reason = "it was killed by zmesh.kill()"
         if entry.remote:
             self.node.loop.send(entry.remote, msg)
         elif entry.worker is not None:
@@ -204,8 +205,8 @@ class ActorManager:
             return
         entry.worker = None
         self._release(entry)
-        if not entry.reason.startswith("it was killed"):
-            entry.reason = reason
+        entry.reason = entry.kill_reason or reason
+        entry.kill_reason = ""
         limit = entry.spec.max_restarts
         if not entry.no_restart and (limit < 0 or entry.restarts < limit) and not self.node.stopping:
             entry.restarts += 1
@@ -219,7 +220,7 @@ class ActorManager:
         for entry in list(self.actors.values()):
             if entry.spec.owner == owner and not entry.spec.detached and entry.state != "dead":
                 entry.no_restart = True
-                entry.reason = "its owner died"
+                entry.reason = entry.kill_reason = "its owner died"
                 if entry.remote:
                     self.node.loop.send(entry.remote, m.KillActor(actor_id=entry.spec.actor_id, no_restart=True))
                 elif entry.worker is not None:
@@ -325,7 +326,7 @@ class ActorManager:
         entry = self.actors.get(work_id)
         if entry is not None:
             entry.no_restart = True
-            entry.reason = "its placement group was removed"
+            entry.reason = entry.kill_reason = "its placement group was removed"
             if entry.worker is not None:
                 self.node.pool.kill(entry.worker)
             return
