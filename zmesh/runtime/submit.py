@@ -198,7 +198,8 @@ class TaskSubmitter:
         self.client.loop.send(lease.worker, m.ExecuteTask(
             task_id=task.task_id, owner=self.client.address, fn_id=task.fn_id, name=task.name,
             args=m.Args(data=task.data, refs=refs), num_returns=task.num_returns,
-            fn_blob=blob, env_vars=task.env_vars, attempt=task.attempt, ref_ids=ref_ids))
+            fn_blob=blob, env_vars=task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
+            namespace=self.client.namespace))
 
     def _arm_idle(self, lease: Lease) -> None:
         lease.idle_timer += 1

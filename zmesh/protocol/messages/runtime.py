@@ -301,6 +301,7 @@ class ExecuteTask(Message, tag=50):
     env_vars: dict[str, str] = {}
     attempt: int = 0
     ref_ids: list[bytes] = []  # ids of args.refs, given when some are pending (empty Values)
+    namespace: str = ""  # the submitter's namespace: get_actor inside the task looks there
 
 
 class TaskResult(Message, tag=51):
