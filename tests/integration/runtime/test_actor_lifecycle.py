@@ -109,6 +109,38 @@ def test_kill_without_no_restart_restarts_with_fresh_state_and_new_pid(ray):
     assert ray.get(c.pid.remote()) != old_pid
 
 
+def test_calls_across_a_restart_run_in_submission_order_on_the_new_incarnation(ray):
+    @ray.remote
+    def slow(x):
+        import time
+
+        time.sleep(0.3)  # keeps this argument unresolved while the actor restarts
+        return x
+
+    @ray.remote(max_restarts=1)
+    class Log:
+        def __init__(self):
+            self.items = []
+
+        def add(self, x):
+            self.items.append(x)
+
+        def items_(self):
+            return self.items
+
+        def pid(self):
+            return os.getpid()
+
+    log = Log.remote()
+    old_pid = ray.get(log.pid.remote())
+    ray.kill(log, no_restart=False)
+    log.add.remote(slow.remote("first"))  # waits for its ref; later calls must wait for it
+    for i in range(20):
+        log.add.remote(i)
+    assert ray.get(log.items_.remote(), timeout=30) == ["first", *range(20)]
+    assert ray.get(log.pid.remote()) != old_pid
+
+
 def test_kill_with_no_restart_ends_an_actor_that_could_restart(ray):
     @ray.remote(max_restarts=5)
     class Sturdy:
@@ -191,6 +223,33 @@ def test_in_flight_call_is_retried_after_restart_with_max_task_retries(ray, mark
     _sigkill_and_wait_gone(pid)
     assert ray.get(ref, timeout=30) == "finished"
     assert Path(marker).read_text() == "xx"  # the first attempt plus one retry
+
+
+def test_calls_in_flight_at_a_crash_are_retried_in_submission_order(ray, marker):
+    @ray.remote(max_restarts=1, max_task_retries=-1)
+    class Log:
+        def __init__(self):
+            self.items = []
+
+        def pid(self):
+            return os.getpid()
+
+        def add(self, x, marker=None):
+            import time
+
+            if marker is not None and not os.path.exists(marker):
+                open(marker, "w").close()
+                time.sleep(60)  # stands in for long work; the test kills the worker meanwhile
+            self.items.append(x)
+            return list(self.items)
+
+    log = Log.remote()
+    pid = ray.get(log.pid.remote(), timeout=20)
+    log.add.remote("blocked", marker)
+    refs = [log.add.remote(i) for i in range(10)]  # queued behind the blocked call
+    assert wait_until(lambda: os.path.exists(marker))
+    _sigkill_and_wait_gone(pid)
+    assert ray.get(refs[-1], timeout=30) == ["blocked", *range(10)]
 
 
 def test_in_flight_call_without_retries_fails_clearly_while_the_actor_restarts(ray, marker):
