@@ -100,15 +100,17 @@ def test_a_source_killed_mid_pull_fails_the_pull_clearly_and_leaves_no_partial_c
     try:
         size = 64 * MiB
         oid, _ = peer.put(size, seed=3)
-        # With 4 chunks of 8 MiB in flight, the 7th request leaves only once the puller has
-        # 3 chunks; the source is SIGKILLed when it arrives.
-        peer.command("die-after", 7)
+        # With `window` chunks in flight, request window+3 leaves only once the puller has 3
+        # chunks; the source is SIGKILLed when it arrives.
+        chunk, window = local.transfer.manager.chunk_size, local.transfer.manager.window
+        assert size >= (window + 4) * chunk
+        peer.command("die-after", window + 3)
         fut = local.pull(oid, peer.address, size)
         with pytest.raises(ObjectLostError, match=r"stopped answering for 0.4 s \(1 retries\) "
                                                   r"after \d+ of 67108864 bytes") as err:
             fut.result(20)
         got = int(re.search(r"after (\d+) of", str(err.value)).group(1))  # type: ignore[union-attr]
-        assert 3 * 8 * MiB <= got < size
+        assert 3 * chunk <= got < size
         assert peer.proc.wait(5) == -9
     finally:
         peer.close()

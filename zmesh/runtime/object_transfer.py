@@ -78,7 +78,7 @@ class ObjectTransfer:
         store: ObjectStore,
         *,
         mapper: StoreMapper | None = None,
-        chunk_size: int = 8 << 20,
+        chunk_size: int = 4 << 20,
         window: int = 4,
         max_outstanding: int = 16,
         stall_timeout: float = 10.0,
