@@ -31,7 +31,10 @@ DRIVER = textwrap.dedent("""
     task_pid = zmesh.get(shout.remote("hello"))
     speaker = Speaker.remote()
     actor_pid = zmesh.get(speaker.say.remote("hi"))
-    print(f"PIDS {task_pid} {actor_pid}", flush=True)
+    # one write: print() writes the text and the newline apart, and a worker's line
+    # forwarded by the loop thread could land between them
+    sys.stdout.write(f"PIDS {task_pid} {actor_pid}\\n")
+    sys.stdout.flush()
     sys.stdin.read()  # stay up until the test has read what it expects
     zmesh.shutdown()
 """)
@@ -46,6 +49,7 @@ class Driver:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self.cond = threading.Condition()
+        self.closed = 0
         for name in self.lines:
             threading.Thread(target=self._read, args=(name,), daemon=True).start()
 
@@ -54,6 +58,9 @@ class Driver:
             with self.cond:
                 self.lines[name].append(line)
                 self.cond.notify_all()
+        with self.cond:
+            self.closed += 1
+            self.cond.notify_all()
 
     def wait_for(self, stream: str, pattern: str, timeout: float = 10.0) -> re.Match[str] | None:
         """The first line of `stream` matching `pattern`, waiting up to `timeout` for it."""
@@ -65,7 +72,7 @@ class Driver:
                     if found:
                         return found
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self.closed == len(self.lines):
                     return None
                 self.cond.wait(left)
 
