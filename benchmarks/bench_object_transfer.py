@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import zmq
 
-from zmesh.protocol.messages.transfer import ChunkRequest
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.object_transfer import ObjectTransfer
 from zmesh.store.mapping import StoreMapper
@@ -61,8 +60,18 @@ class TransferHalf:
     def call(self, fn: Any, *args: Any) -> Any:
         done = threading.Event()
         box: list[Any] = []
-        self.loop.call_soon(lambda: (box.append(fn(*args)), done.set()))
+
+        def run() -> None:
+            try:
+                box.append(fn(*args))
+            except BaseException as exc:
+                box.append(exc)
+            done.set()
+
+        self.loop.call_soon(run)
         done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
         return box[0]
 
     def put(self, size: int) -> None:
@@ -103,7 +112,7 @@ def serve_raw(size: int) -> None:
     """Answer [offset, length] with [offset, bytes] as zero-copy frames of one buffer."""
     data = np.empty(size, np.uint8)
     fill(data, size)
-    view = memoryview(data)
+    view = data.data
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
     router.linger = 0
@@ -231,7 +240,7 @@ def compare(size: int, chunk: int, window: int, rounds: int, verify: bool) -> di
             if verify and i == rounds - 1:
                 out["ok"] &= check_zmesh(half, size)
             half.call(half.transfer.free, [OBJECT_ID])
-            out["raw"].append(pull_raw(dealer, memoryview(dest), size, chunk, window))
+            out["raw"].append(pull_raw(dealer, dest.data, size, chunk, window))
         if verify:
             expected = np.empty(size, np.uint8)
             fill(expected, size)
