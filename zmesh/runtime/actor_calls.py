@@ -124,6 +124,14 @@ class ActorCaller:
             client.loop.call_soon(self._dispatch, rec, call)
         return task_id
 
+    def pending_reason(self, task_id: bytes) -> str:
+        """Why a call waits on an actor that no node can place yet (the node's warning), or ''."""
+        for rec in list(self.records.values()):
+            if rec.state == "pending" and (task_id in rec.inflight or any(
+                    c.msg.task_id == task_id for c in list(rec.queue))):
+                return self.pending_reasons.get(f"actor {rec.class_name}", "")
+        return ""
+
     def kill_requested(self, actor_id: bytes, no_restart: bool) -> None:
         """This caller asked the node to kill the actor: later calls go through the loop,
         behind the kill, so none reaches the worker being killed."""

@@ -286,7 +286,7 @@ class CoreClient:
         return result  # type: ignore[return-value]
 
     def _timeout_message(self, ref: ObjectRef) -> str:
-        why = self.tasks.pending_reason(ref.task_id())
+        why = self.tasks.pending_reason(ref.task_id()) or self.actors.pending_reason(ref.task_id())
         base = f"get timed out waiting for {ref!r}"
         return f"{base}: {why}" if why else base
 

@@ -64,6 +64,7 @@ class Lease:
     inflight: dict[bytes, Task] = field(default_factory=dict)
     idle_timer: int = 0
     revoked: bool = False
+    gpu_env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES of its GPUs
 
 
 @dataclass(eq=False)
@@ -198,7 +199,8 @@ class TaskSubmitter:
         self.client.loop.send(lease.worker, m.ExecuteTask(
             task_id=task.task_id, owner=self.client.address, fn_id=task.fn_id, name=task.name,
             args=m.Args(data=task.data, refs=refs), num_returns=task.num_returns,
-            fn_blob=blob, env_vars=task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
+            fn_blob=blob, env_vars={**task.env_vars, **lease.gpu_env} if lease.gpu_env
+            else task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
             namespace=self.client.namespace))
 
     def _arm_idle(self, lease: Lease) -> None:
@@ -224,6 +226,8 @@ class TaskSubmitter:
         q.requesting -= 1
         self.pending_reasons.pop(q.name, None)
         lease = Lease(msg.lease_id, msg.worker_address, q)
+        if msg.gpu_ids or q.resources.get("GPU"):
+            lease.gpu_env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in msg.gpu_ids)}
         self.leases[msg.lease_id] = lease
         q.leases.append(lease)
         if not q.ready:
@@ -284,6 +288,8 @@ class TaskSubmitter:
                 lease.queue.ready.append(task)
         else:
             self._finish(task, msg.returns, failed=False)
+            if msg.contained:
+                self.client.hold_returned(sender, task.return_ids(), msg.contained)
         if lease is not None:
             if lease.revoked and not lease.inflight:
                 self._return_lease(lease)
