@@ -20,9 +20,15 @@ from zmesh.core.scheduling import (
     Request,
 )
 from zmesh.protocol.messages import runtime as m
+from zmesh.protocol.messages.placement import ReleaseBundles
 from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.strategies import decode_strategy
+
+# A handle can reach a process (and its SubscribeActor reach us) before the creator's
+# CreateActor does: they travel on different connections. Wait this long before saying
+# that no node knows the actor.
+UNKNOWN_ACTOR_GRACE_S = 5.0
 
 if TYPE_CHECKING:
     from zmesh.runtime.node import Node
@@ -55,6 +61,7 @@ class GroupEntry:
     owner: str
     state: str = "pending"
     reason: str = ""
+    detached: bool = False
 
 
 class ActorManager:
@@ -66,6 +73,7 @@ class ActorManager:
         self.named: dict[tuple[str, str], bytes] = {}
         self.groups: dict[str, GroupEntry] = {}
         self.waiting_for_worker: list[Any] = []
+        self.early_subscribers: dict[bytes, set[str]] = {}
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.CreateActor, self._on_create)
@@ -79,6 +87,7 @@ class ActorManager:
     # -- creation --------------------------------------------------------------------------
     def _on_create(self, sender: str, spec: m.CreateActor, bufs: list[Any]) -> None:
         entry = ActorEntry(spec, subscribers={spec.owner})
+        entry.subscribers |= self.early_subscribers.pop(spec.actor_id, set())
         self.actors[spec.actor_id] = entry
         if spec.name:
             key = (spec.namespace, spec.name)
@@ -216,7 +225,9 @@ class ActorManager:
             self._set_state(entry, "dead")
 
     def owner_died(self, owner: str) -> None:
-        """Actors die with their owner unless detached."""
+        """Actors and placement groups die with their owner unless detached."""
+        for group in [g for g in self.groups.values() if g.owner == owner and not g.detached]:
+            self._remove_pg(bytes.fromhex(group.pg_id))
         for entry in list(self.actors.values()):
             if entry.spec.owner == owner and not entry.spec.detached and entry.state != "dead":
                 entry.no_restart = True
@@ -275,13 +286,21 @@ class ActorManager:
     def _on_subscribe(self, sender: str, msg: m.SubscribeActor, bufs: list[Any]) -> None:
         entry = self.actors.get(msg.actor_id)
         if entry is None:
-            self.node.loop.send(msg.subscriber, m.ActorState(
-                actor_id=msg.actor_id, state="dead", reason="no node knows this actor"))
+            early = self.early_subscribers.setdefault(msg.actor_id, set())
+            if not early:
+                self.node.loop.call_later(UNKNOWN_ACTOR_GRACE_S,
+                                          lambda: self._still_unknown(msg.actor_id))
+            early.add(msg.subscriber)
             return
         entry.subscribers.add(msg.subscriber)
         self.node.loop.send(msg.subscriber, m.ActorState(
             actor_id=msg.actor_id, state=entry.state, address=entry.address, error=entry.error,
             reason=entry.reason, class_name=entry.spec.class_name, restarts=entry.restarts))
+
+    def _still_unknown(self, actor_id: bytes) -> None:
+        for subscriber in self.early_subscribers.pop(actor_id, set()):
+            self.node.loop.send(subscriber, m.ActorState(
+                actor_id=actor_id, state="dead", reason="no node knows this actor"))
 
     def _on_get_named(self, sender: str, msg: m.GetNamedActor, bufs: list[Any]) -> None:
         entry = self.actors.get(self.named.get((msg.namespace, msg.name), b""))
@@ -296,7 +315,8 @@ class ActorManager:
     # -- placement groups ------------------------------------------------------------------
     def _on_create_pg(self, sender: str, msg: m.CreatePlacementGroup, bufs: list[Any]) -> None:
         pg_id = msg.pg_id.hex()
-        self.groups[pg_id] = GroupEntry(pg_id, msg.bundles, msg.strategy, msg.name, msg.owner)
+        self.groups[pg_id] = GroupEntry(pg_id, msg.bundles, msg.strategy, msg.name, msg.owner,
+                                        detached=msg.detached)
         try:
             decisions = self.node.scheduler.create_placement_group(pg_id, msg.bundles,
                                                                    msg.strategy, msg.name)
@@ -319,6 +339,7 @@ class ActorManager:
                                    f"placement group {group.name or d.pg_id!r} cannot be "
                                    f"placed: {d.reason}")
         elif isinstance(d, PGRemoved):
+            self.groups.pop(d.pg_id, None)
             for wid in d.affected_work_ids:
                 self._evict(wid)
 
@@ -345,16 +366,20 @@ class ActorManager:
     def _remove_pg(self, pg_id_bytes: bytes) -> None:
         pg_id = pg_id_bytes.hex()
         group = self.groups.pop(pg_id, None)
-        if group is None:
+        if group is None:  # made through another node: its coordinator frees it everywhere
+            for address in self.node.groups.live_peers():
+                self.node.loop.send(address, ReleaseBundles(pg_id=pg_id))
             return
         group.state = "removed"
         self.node.apply(self.node.scheduler.remove_placement_group(pg_id))
 
     def answer(self, what: str, arg: bytes) -> Any:
         if what == "placement_groups":
+            nodes = {i.pg_id: i.nodes for i in self.node.scheduler.placement_groups()}
             return {g.pg_id: {"placement_group_id": g.pg_id, "name": g.name,
                               "bundles": dict(enumerate(g.bundles)), "strategy": g.strategy,
-                              "state": g.state.upper(), "reason": g.reason}
+                              "state": g.state.upper(), "reason": g.reason,
+                              "bundles_to_node_id": dict(enumerate(nodes.get(g.pg_id) or ()))}
                     for g in self.groups.values()}
         if what == "actors":
             return {e.spec.actor_id.hex(): {"class_name": e.spec.class_name, "state": e.state,

@@ -420,3 +420,22 @@ def test_user_exception_with_its_own_constructor_is_reraised_as_its_class(ray):
     with pytest.raises(QuotaError, match="ann is over 3") as info:
         ray.get(q.check.remote())
     assert (info.value.user, info.value.limit) == ("ann", 3)
+
+
+def test_handles_made_by_another_actor_work_at_once_in_the_driver(ray):
+    # the driver's subscription can reach the node before the parent's CreateActor does
+    @ray.remote
+    class Child:
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote
+    class Parent:
+        def make(self):
+            return Child.remote()
+
+    parent = Parent.remote()
+    for _ in range(30):
+        child = ray.get(parent.make.remote())
+        assert ray.get(child.pid.remote(), timeout=20) > 0
+        ray.kill(child)
