@@ -273,6 +273,9 @@ class ActorCaller:
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         self._complete(call, msg.returns)
+        if msg.contained:
+            self.client.hold_returned(sender, [IdGen.object_id(call.msg.task_id, i) for i in
+                                               range(max(call.msg.num_returns, 1))], msg.contained)
 
     def _complete(self, call: Call, returns: list[m.Value]) -> None:
         objects = self.client.objects

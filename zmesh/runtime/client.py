@@ -368,7 +368,14 @@ class CoreClient:
             self.loop.send(self.node_address, m.FreeObjects(object_ids=[object_id]))
         if entry.contained:
             self.objects.remove_submitted(entry.contained)
+        for inner in entry.held:
+            self.objects.decref(inner)
         self.tasks.forget_returns(object_id)
+
+    def hold_returned(self, sender: str, return_ids: list[bytes], contained: list[bytes]) -> None:
+        """The returns hold objects of `sender`: borrow them while the returns live (loop)."""
+        if not self.objects.hold_borrowed(return_ids, contained, sender):
+            self.loop.send(sender, m.RemoveBorrowers(object_ids=contained, borrower=self.address))
 
     def _on_pg_state(self, sender: str, msg: m.PlacementGroupState, bufs: list[Any]) -> None:
         from zmesh.util.placement_group import on_state

@@ -37,6 +37,7 @@ class Executor:
         self.pid = os.getpid()
         self.functions: dict[bytes, Any] = {}
         self.produced: dict[bytes, m.Value] = {}  # recent results, for chained tasks
+        self._contained: dict[bytes, list[bytes]] = {}  # task id -> our refs in its returns
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.mailbox: Mailbox[m.ActorCall] = Mailbox()
         self.instance: Any = None
@@ -115,7 +116,8 @@ class Executor:
             result = fn(*args, **kwargs)
             del args, kwargs
             self.running = b""
-            returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name)
+            returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
+                                           msg.owner)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
             returns = [_error(msg.name, exc, self.pid)] * n
@@ -142,8 +144,8 @@ class Executor:
             out.append(mine)
         return m.Args(data=msg.args.data, refs=out)
 
-    def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str
-                        ) -> list[m.Value]:
+    def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str,
+                        owner: str) -> list[m.Value]:
         if num_returns == 1:
             items = [result]
         elif num_returns == 0:
@@ -156,8 +158,12 @@ class Executor:
         for i, item in enumerate(items):
             value, nested = self.client.encode(item, IdGen.object_id(task_id, i))
             if nested:
-                self.client.objects.mark_escaped([r.id for r in nested if r.owner ==
-                                                  self.client.address])
+                me = self.client.address
+                mine = [r.id for r in nested if r.owner == me]
+                if mine:  # the caller borrows them (it frees them with the value it got)
+                    self.client.objects.add_borrower(mine, owner)
+                    self._contained[task_id] = self._contained.get(task_id, []) + mine
+                self.client.objects.mark_escaped([r.id for r in nested if r.owner != me])
             out.append(value)
         return out
 
@@ -173,7 +179,8 @@ class Executor:
             refs.clear()
             entries = self.client.objects.entries
             borrowed = [oid for oid in ids if oid in entries and entries[oid].local > 0]
-        result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed)
+        result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed,
+                              contained=self._contained.pop(task_id, []))
         if borrowed:  # must reach the owner before our later RemoveBorrowers: same connection
             self.client.loop.send_threadsafe(owner, result)
         else:
@@ -218,7 +225,8 @@ class Executor:
         try:
             result, refs = self._invoke(call)
             self.running = b""
-            returns = self._encode_returns(call.task_id, result, call.num_returns, name)
+            returns = self._encode_returns(call.task_id, result, call.num_returns, name,
+                                           call.caller)
         except BaseException as exc:  # noqa: BLE001
             self.running = b""
             returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
@@ -259,7 +267,8 @@ class Executor:
                 else:
                     result = await asyncio.get_running_loop().run_in_executor(
                         None, lambda: method(*args, **kwargs))
-                returns = self._encode_returns(call.task_id, result, call.num_returns, name)
+                returns = self._encode_returns(call.task_id, result, call.num_returns, name,
+                                               call.caller)
             except BaseException as exc:  # noqa: BLE001
                 returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
         self._reply(call.caller, call.task_id, returns, refs)

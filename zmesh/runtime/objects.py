@@ -20,7 +20,7 @@ class ObjectEntry:
     """One object as this process sees it."""
 
     __slots__ = ("value", "owner", "owned", "local", "borrowers", "submitted", "callbacks",
-                 "requested", "escaped", "contained")
+                 "requested", "escaped", "contained", "held")
 
     def __init__(self, owner: str, owned: bool) -> None:
         self.value: Value | None = None
@@ -33,6 +33,7 @@ class ObjectEntry:
         self.requested = False
         self.escaped = False
         self.contained: list[bytes] = []  # refs inside this (owned) value, held while it lives
+        self.held: list[bytes] = []  # others' objects inside this value, borrowed while it lives
 
     def in_use(self) -> bool:
         return bool(self.local or self.borrowers or self.submitted or self.escaped)
@@ -99,6 +100,21 @@ class ObjectTable:
                 inner = self.entries.get(oid)
                 if inner is not None:
                     inner.submitted += 1
+
+    def hold_borrowed(self, outer_ids: list[bytes], inner_ids: list[bytes], owner: str) -> bool:
+        """Borrow `owner`'s objects inner_ids for as long as the first live outer object lives;
+        False if none of the outer objects is held any more (then nothing is borrowed)."""
+        with self.lock:
+            outer = next((self.entries[o] for o in outer_ids if o in self.entries), None)
+            if outer is None:
+                return False
+            for oid in inner_ids:
+                entry = self.entries.get(oid)
+                if entry is None:
+                    entry = self.entries[oid] = ObjectEntry(owner, owner == self.address)
+                entry.local += 1
+            outer.held = outer.held + list(inner_ids)
+        return True
 
     def mark_escaped(self, object_ids: list[bytes]) -> None:
         """A ref left in a return value: keep the object for whoever receives it."""

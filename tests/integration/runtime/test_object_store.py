@@ -175,9 +175,6 @@ def test_a_ref_returned_inside_a_task_result_keeps_its_object_alive(ray):
     assert int(ray.get(inner)[-1]) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="a ref returned inside a task result is marked 'escaped' "
-                   "by the worker that owns it and never freed: the caller does not tell that "
-                   "owner when it drops the outer value (needs nested-ref tracking in TaskResult)")
 def test_a_ref_returned_inside_a_task_result_is_freed_once_every_ref_is_gone(ray):
     @ray.remote
     def make():

@@ -310,6 +310,7 @@ class TaskResult(Message, tag=51):
     task_id: bytes
     returns: list[Value]
     borrowed: list[bytes] = []
+    contained: list[bytes] = []  # the sender's objects inside the returns; the caller borrows
 
 
 class ActorCall(Message, tag=52):
