@@ -15,6 +15,9 @@ from runtime_fixtures import wait_until
 from transfer_harness import MiB, PeerProcess, TransferNode, digest, pattern
 
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
+from zmesh.protocol import codec
+from zmesh.protocol.messages.transfer import Chunk, ChunkRequest, PullFailed
+from zmesh.transports import open_endpoint
 
 STORE_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
 FAST_FAILURE = {"stall_timeout": 0.4, "retries": 1}
@@ -194,3 +197,34 @@ def test_a_second_node_can_pull_from_a_secondary_and_frees_cascade(
     finally:
         for n in nodes:
             n.close()
+
+
+def test_the_holder_answers_a_bad_request_and_releases_an_abandoned_session(
+    scratch: str
+) -> None:
+    """A puller that vanishes without PullDone: its session expires and the pin goes."""
+    holder = TransferNode("tcp://127.0.0.1:0", f"{scratch}/h-store", 64 * MiB)
+    puller = open_endpoint("tcp://127.0.0.1:0")
+    try:
+        oid = holder.put(pattern(3 * MiB, seed=10))
+        puller.send(holder.address, [codec.encode(ChunkRequest(
+            transfer_id=1, object_id=oid, offset=0, length=MiB))])
+        reply = puller.recv(10)
+        assert reply is not None
+        msg, bufs = codec.unpack(reply[1])
+        assert isinstance(msg, Chunk) and (msg.offset, msg.size) == (0, 3 * MiB)
+        assert bytes(bufs[0]) == pattern(3 * MiB, seed=10)[:MiB]
+        del reply, bufs  # the holder's pin lasts while any slice of its view is alive
+        puller.send(holder.address, [codec.encode(ChunkRequest(
+            transfer_id=1, object_id=oid, offset=2 * MiB, length=2 * MiB))])
+        reply = puller.recv(10)
+        assert reply is not None
+        refusal, _ = codec.unpack(reply[1])
+        assert isinstance(refusal, PullFailed) and not refusal.lost
+        assert "bad chunk request: 2097152 bytes at offset 2097152" in refusal.reason
+        assert holder.state()["num_pinned"] == 1
+        holder.call(holder.transfer.server.expire, time.monotonic() + 3600)
+        assert wait_until(lambda: holder.state()["num_pinned"] == 0, timeout=5)
+    finally:
+        puller.close()
+        holder.close()
