@@ -27,6 +27,7 @@ from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node_actors import ActorManager
 from zmesh.runtime.node_forward import Forwarder
+from zmesh.runtime.node_groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node_mesh import MeshAgent
 from zmesh.runtime.strategies import decode_strategy
 from zmesh.runtime.worker_pool import WorkerInfo, WorkerPool
@@ -108,6 +109,7 @@ class Node:
                                 "ZMESH_JOB_ID": self.job_id})
         self.actors = ActorManager(self)
         self.forwarder = Forwarder(self)
+        self.groups = GroupRelay(self)
         self.mesh: MeshAgent | None = MeshAgent(
             self.loop, self.mesh_address, self.node_id, total=self.scheduler.total,
             free=self.scheduler.available, labels=self.labels, ipc_address=self.address,
@@ -268,8 +270,11 @@ class Node:
                 self._on_failed(d)
             elif isinstance(d, Forward):
                 self.forwarder.forward(d)
+            elif isinstance(d, GROUP_DECISIONS):
+                self.groups.carry_out(d)
             else:
                 self.actors.on_decision(d)
+                self.groups.on_decision(d)
 
     def _dispatch_lease(self, d: Dispatch) -> None:
         lease = self.leases[d.work_id]

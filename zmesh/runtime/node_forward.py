@@ -131,3 +131,4 @@ class Forwarder:
                 lease.origin = ""  # its owner went with that node
                 node.release_lease(lease)
         node.actors.node_gone(node_id, address, why)
+        node.groups.node_gone(node_id, address)

@@ -15,7 +15,9 @@ import msgspec
 from zmesh.protocol.messages.base import Message
 from zmesh.protocol.messages.runtime import CreateActor, RequestLease
 
-__all__ = ["ForwardLease", "ForwardedLeaseState", "ForwardActor", "PLACEMENT_MESSAGES"]
+__all__ = ["ForwardLease", "ForwardedLeaseState", "ForwardActor", "PrepareBundles",
+           "BundlesReserved", "CommitBundles", "AbortBundles", "ReleaseBundles",
+           "LookupGroup", "GroupLayout", "PLACEMENT_MESSAGES"]
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -52,4 +54,62 @@ class ForwardActor(Message, tag=122):
     restarts: NonNegative = 0
 
 
-PLACEMENT_MESSAGES: tuple[type[Message], ...] = (ForwardLease, ForwardedLeaseState, ForwardActor)
+class PrepareBundles(Message, tag=123):
+    """From a group's coordinating node: reserve (uncommitted) these bundles of `pg_id` here.
+
+    `bundles` maps bundle index -> amounts. The answer is `BundlesReserved` with `attempt`.
+    """
+
+    pg_id: str
+    attempt: NonNegative
+    bundles: dict[int, dict[str, float]]
+
+
+class BundlesReserved(Message, tag=124):
+    """To the coordinator: this node (`node_id`) did (`ok`) or could not reserve its part."""
+
+    pg_id: str
+    node_id: str
+    attempt: NonNegative
+    ok: bool
+    reason: str = ""
+
+
+class CommitBundles(Message, tag=125):
+    """Every node prepared: the reservations here are usable; bundle i lives on nodes[i]."""
+
+    pg_id: str
+    nodes: list[str]
+    bundles: list[dict[str, float]]
+
+
+class AbortBundles(Message, tag=126):
+    """The coordinator gave up this attempt: release what was prepared here for `pg_id`."""
+
+    pg_id: str
+
+
+class ReleaseBundles(Message, tag=127):
+    """The group was removed: release its bundles here and stop the work running in them."""
+
+    pg_id: str
+
+
+class LookupGroup(Message, tag=128):
+    """Where do the bundles of `pg_id` live? Answered by its coordinator with `GroupLayout`."""
+
+    pg_id: str
+
+
+class GroupLayout(Message, tag=129):
+    """Bundle i of `pg_id` lives on nodes[i] (state `ready`), or the group was `removed`."""
+
+    pg_id: str
+    state: str
+    nodes: list[str] = []
+    bundles: list[dict[str, float]] = []
+
+
+PLACEMENT_MESSAGES: tuple[type[Message], ...] = (
+    ForwardLease, ForwardedLeaseState, ForwardActor, PrepareBundles, BundlesReserved,
+    CommitBundles, AbortBundles, ReleaseBundles, LookupGroup, GroupLayout)

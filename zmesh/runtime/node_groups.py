@@ -1,0 +1,200 @@
+"""Placement groups across nodes: the scheduler's two-phase reservation carried over the wire.
+
+The node a group was created through coordinates it (`core/groups.py` decides); this module
+sends its PGPrepare / PGCommit / PGAbort / PGRelease decisions to the nodes they name and
+feeds their answers back into the scheduler. It also answers `LookupPlacementGroup` (work
+for a group made elsewhere) by asking every live node, and releases bundles held here for a
+coordinator that died, so no half-reserved group outlives a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from zmesh.core.scheduling import (
+    BundlesPrepared,
+    LookupPlacementGroup,
+    PGAbort,
+    PGCommit,
+    PGPrepare,
+    PGReady,
+    PGRelease,
+    PGRemoved,
+    PlacementGroupInfo,
+)
+from zmesh.protocol.messages import placement as p
+
+if TYPE_CHECKING:
+    from zmesh.runtime.node import Node
+
+logger = logging.getLogger("zmesh.node")
+
+RETRY_PERIOD_S = 0.5
+"""How often a coordinator retries groups left pending by a refused or aborted attempt."""
+
+GROUP_DECISIONS = (PGPrepare, PGCommit, PGAbort, PGRelease, LookupPlacementGroup)
+
+
+class GroupRelay:
+    """Carries group decisions between nodes and answers theirs (loop thread only)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.coordinator: dict[str, str] = {}  # pg_id -> address of the node coordinating it
+        self.lookers: dict[str, set[str]] = {}  # pg_id -> nodes waiting for its layout
+        self.removed: set[str] = set()
+        self._retry_armed = False
+        loop = node.loop
+        loop.on(p.PrepareBundles, self._on_prepare)
+        loop.on(p.BundlesReserved, self._on_reserved)
+        loop.on(p.CommitBundles, self._on_commit)
+        loop.on(p.AbortBundles, self._on_abort)
+        loop.on(p.ReleaseBundles, self._on_release)
+        loop.on(p.LookupGroup, self._on_lookup)
+        loop.on(p.GroupLayout, self._on_layout)
+
+    # -- decisions from this node's scheduler ----------------------------------------------
+    def carry_out(self, d: Any) -> None:
+        """Send one cross-node group decision where it goes."""
+        node = self.node
+        if isinstance(d, LookupPlacementGroup):
+            for peer in self.live_peers():
+                node.loop.send(peer, p.LookupGroup(pg_id=d.pg_id))
+            return
+        address = node.mesh.live_address(d.node_id) if node.mesh is not None else None
+        if isinstance(d, PGPrepare):
+            if address is None:  # gone already: the attempt fails now, not at the next view
+                node.apply(node.scheduler.on_bundles_prepared(BundlesPrepared(
+                    d.pg_id, d.node_id, d.attempt, False, f"node {d.node_id!r} is not alive")))
+                return
+            node.loop.send(address, p.PrepareBundles(pg_id=d.pg_id, attempt=d.attempt,
+                                                     bundles=d.bundles))
+        elif address is None:
+            return  # a dead node holds nothing any more
+        elif isinstance(d, PGCommit):
+            node.loop.send(address, p.CommitBundles(pg_id=d.pg_id, nodes=list(d.nodes),
+                                                    bundles=list(d.bundles)))
+        elif isinstance(d, PGAbort):
+            node.loop.send(address, p.AbortBundles(pg_id=d.pg_id))
+        elif isinstance(d, PGRelease):
+            node.loop.send(address, p.ReleaseBundles(pg_id=d.pg_id))
+
+    def on_decision(self, d: Any) -> None:
+        """Local group events: answer nodes that looked the group up; keep retrying."""
+        if isinstance(d, PGReady):
+            for address in self.lookers.pop(d.pg_id, set()):
+                self._send_layout(address, d.pg_id)
+        elif isinstance(d, PGRemoved):
+            self.removed.add(d.pg_id)
+            for address in self.lookers.pop(d.pg_id, set()):
+                self._send_layout(address, d.pg_id)
+        self.arm_retry()
+
+    def arm_retry(self) -> None:
+        """While a group waits after a refused attempt, retry it periodically: gossip of the
+        other nodes' free resources may never change (no event would wake it up)."""
+        if not self._retry_armed and any(
+                info.state == "pending" for info in self.node.scheduler.placement_groups()):
+            self._retry_armed = True
+            self.node.loop.call_later(RETRY_PERIOD_S, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_armed = False
+        node = self.node
+        if node.stopping or node.mesh is None:
+            return
+        node.apply(node.scheduler.update_cluster(node.mesh.view()))
+        self.arm_retry()
+
+    # -- messages from other nodes ---------------------------------------------------------
+    def _on_prepare(self, sender: str, msg: p.PrepareBundles, bufs: list[Any]) -> None:
+        node = self.node
+        self.coordinator[msg.pg_id] = sender
+        for d in node.scheduler.prepare_bundles(msg.pg_id, msg.attempt, msg.bundles):
+            if isinstance(d, BundlesPrepared):
+                node.loop.send(sender, p.BundlesReserved(
+                    pg_id=d.pg_id, node_id=d.node_id, attempt=d.attempt, ok=d.ok,
+                    reason=d.reason))
+            else:
+                node.apply([d])
+
+    def _on_reserved(self, sender: str, msg: p.BundlesReserved, bufs: list[Any]) -> None:
+        node = self.node
+        node.apply(node.scheduler.on_bundles_prepared(BundlesPrepared(
+            msg.pg_id, msg.node_id, msg.attempt, msg.ok, msg.reason)))
+
+    def _on_commit(self, sender: str, msg: p.CommitBundles, bufs: list[Any]) -> None:
+        node = self.node
+        self.coordinator[msg.pg_id] = sender
+        node.apply(node.scheduler.commit_bundles(msg.pg_id, msg.nodes, msg.bundles))
+
+    def _on_abort(self, sender: str, msg: p.AbortBundles, bufs: list[Any]) -> None:
+        node = self.node
+        if self.coordinator.get(msg.pg_id) == sender:
+            del self.coordinator[msg.pg_id]
+        node.apply(node.scheduler.abort_bundles(msg.pg_id))
+
+    def _on_release(self, sender: str, msg: p.ReleaseBundles, bufs: list[Any]) -> None:
+        self.release(msg.pg_id)
+
+    def release(self, pg_id: str) -> None:
+        """Free this node's part of a group (removed, or its coordinator is gone)."""
+        node = self.node
+        self.coordinator.pop(pg_id, None)
+        if pg_id in self.removed:
+            return
+        node.apply(node.scheduler.remove_placement_group(pg_id))
+
+    def _on_lookup(self, sender: str, msg: p.LookupGroup, bufs: list[Any]) -> None:
+        if msg.pg_id in self.removed:
+            self._send_layout(sender, msg.pg_id)
+        elif msg.pg_id in self._coordinated():
+            if self._layout(msg.pg_id) is not None:
+                self._send_layout(sender, msg.pg_id)
+            else:
+                self.lookers.setdefault(msg.pg_id, set()).add(sender)
+
+    def _on_layout(self, sender: str, msg: p.GroupLayout, bufs: list[Any]) -> None:
+        node = self.node
+        if msg.state == "removed":
+            self.release(msg.pg_id)
+        elif msg.state == "ready" and msg.pg_id not in self._coordinated():
+            node.apply(node.scheduler.note_placement_group(msg.pg_id, msg.nodes, msg.bundles))
+
+    # -- failures --------------------------------------------------------------------------
+    def node_gone(self, node_id: str, address: str) -> None:
+        """Bundles held here for a coordinator that died are released (prepared or not)."""
+        for pg_id, coordinator in list(self.coordinator.items()):
+            if coordinator == address:
+                logger.info("placement group %s: its coordinating node %s is gone; releasing "
+                            "its bundles here", pg_id, node_id)
+                self.release(pg_id)
+        for lookers in self.lookers.values():
+            lookers.discard(address)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _coordinated(self) -> dict[str, PlacementGroupInfo]:
+        return {info.pg_id: info for info in self.node.scheduler.placement_groups()}
+
+    def _layout(self, pg_id: str) -> tuple[list[str], list[dict[str, float]]] | None:
+        info = self._coordinated().get(pg_id)
+        if info is None or info.nodes is None:
+            return None
+        return list(info.nodes), [dict(b) for b in info.bundles]
+
+    def _send_layout(self, address: str, pg_id: str) -> None:
+        layout = self._layout(pg_id)
+        if layout is None:
+            self.node.loop.send(address, p.GroupLayout(pg_id=pg_id, state="removed"))
+        else:
+            self.node.loop.send(address, p.GroupLayout(pg_id=pg_id, state="ready",
+                                                       nodes=layout[0], bundles=layout[1]))
+
+    def live_peers(self) -> list[str]:
+        """The tcp addresses of every other live member."""
+        mesh = self.node.mesh
+        if mesh is None:
+            return []
+        return [a for nid, a in mesh.node_address.items()
+                if nid != self.node.node_id and nid not in mesh.dead_nodes]
