@@ -138,10 +138,9 @@ class CoreClient:
 
         Only for messages whose order relative to the loop's own sends does not matter.
         """
-        sender = getattr(self._local, "sender", None)
-        if sender is None:
-            make = getattr(self.endpoint, "thread_sender", None)
-            sender = self._local.sender = make() if make is not None else False
+        sender: Any = getattr(self._local, "sender", None)
+        if sender is None:  # False: this transport has no thread senders
+            sender = self._local.sender = self.endpoint.thread_sender() or False
         if sender is False or self.closed:
             self.loop.send_threadsafe(to, msg)
             return
