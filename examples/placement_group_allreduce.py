@@ -5,8 +5,10 @@ splits them into two groups of 2 that train different models. Here the bundles h
 the groups use gloo, so it runs on one machine without GPUs:
 
     python examples/placement_group_allreduce.py
+    python examples/placement_group_allreduce.py --address HOST:PORT   # on a running mesh
 """
 
+import argparse
 import os
 import socket
 
@@ -129,7 +131,14 @@ def train_and_check(workers, data, label):
 
 
 def main():
-    ray.init(num_cpus=4)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--address", help="join a running mesh (host:port) instead of "
+                        "starting a private node with 4 CPUs")
+    args = parser.parse_args()
+    if args.address:
+        ray.init(address=args.address)
+    else:
+        ray.init(num_cpus=4)
     total_devices, per_group = 4, 2
     pg = placement_group([{"CPU": 1} for _ in range(total_devices)], strategy="STRICT_PACK",
                          name="multi_group_comm")
