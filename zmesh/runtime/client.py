@@ -53,7 +53,10 @@ class CoreClient:
         self.worker_id = self.ids.prefix
         self.job_id = job_id
         self.closed = False
-        if node_address.startswith("tcp://"):
+        worker_bind = os.environ.get("ZMESH_WORKER_BIND") if kind == "worker" else None
+        if worker_bind:  # a worker of a node on a real interface: reachable from elsewhere
+            self.endpoint = open_endpoint(worker_bind)
+        elif node_address.startswith("tcp://"):
             # A driver that reaches its node over tcp binds tcp too, so remote workers and
             # nodes can answer it.
             self.endpoint = open_endpoint(os.environ.get("ZMESH_CLIENT_BIND", "tcp://127.0.0.1:0"))

@@ -106,7 +106,7 @@ class Node:
         self.stopping = False
         self.pool = WorkerPool(self.address, session_dir, self.loop.call_soon, self._worker_exited,
                                {"ZMESH_NODE_ID": self.node_id, "ZMESH_STORE_DIR": self.store_dir,
-                                "ZMESH_JOB_ID": self.job_id})
+                                "ZMESH_JOB_ID": self.job_id, **_worker_bind_env(host)})
         self.actors = ActorManager(self)
         self.forwarder = Forwarder(self)
         self.groups = GroupRelay(self)
@@ -491,6 +491,14 @@ class Node:
             if k.startswith("node:"):
                 out[k] = 1.0 if field == "Resources" else self.scheduler.available().get(k, 0.0)
         return out
+
+
+def _worker_bind_env(host: str) -> dict[str, str]:
+    """Workers of a node on a real interface bind tcp there, so owners on other machines can
+    reach them; on loopback they keep the faster ipc sockets."""
+    if host in ("127.0.0.1", "localhost", "::1", ""):
+        return {}
+    return {"ZMESH_WORKER_BIND": f"tcp://{host}:0"}
 
 
 def _alive(pid: int) -> bool:
