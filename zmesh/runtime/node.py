@@ -26,6 +26,7 @@ from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node_actors import ActorManager
+from zmesh.runtime.node_control import ControlAgent
 from zmesh.runtime.node_forward import Forwarder
 from zmesh.runtime.node_groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node_mesh import MeshAgent
@@ -107,6 +108,7 @@ class Node:
         self.pool = WorkerPool(self.address, session_dir, self.loop.call_soon, self._worker_exited,
                                {"ZMESH_NODE_ID": self.node_id, "ZMESH_STORE_DIR": self.store_dir,
                                 "ZMESH_JOB_ID": self.job_id, **_worker_bind_env(host)})
+        self.control = ControlAgent(self.loop, self.mesh_address)
         self.actors = ActorManager(self)
         self.forwarder = Forwarder(self)
         self.groups = GroupRelay(self)
@@ -153,6 +155,9 @@ class Node:
             self.loop.stop()
 
     def _on_view(self, view: dict[str, NodeResources]) -> None:
+        if self.mesh is not None:
+            live = (self.mesh.live_address(node_id) for node_id in view)
+            self.control.set_members(a for a in live if a is not None)
         self.apply(self.scheduler.update_cluster(view))
 
     def _teardown(self) -> None:

@@ -23,6 +23,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.placement import ReleaseBundles
 from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.node_names import ActorDirectory
 from zmesh.runtime.strategies import decode_strategy
 
 # A handle can reach a process (and its SubscribeActor reach us) before the creator's
@@ -50,6 +51,7 @@ class ActorEntry:
     remote: str = ""  # the node hosting it, while this node is its home
     home: str = ""  # its home node, while this node hosts it for that one
     hops: int = 0
+    proxy: bool = False  # a stand-in for an actor homed on another node (remote is its home)
 
 
 @dataclass(eq=False)
@@ -73,6 +75,7 @@ class ActorManager:
         self.named: dict[tuple[str, str], bytes] = {}
         self.groups: dict[str, GroupEntry] = {}
         self.waiting_for_worker: list[Any] = []
+        self.names = ActorDirectory(self)
         self.early_subscribers: dict[bytes, set[str]] = {}
 
     def register(self, loop: EventLoop) -> None:
@@ -97,6 +100,9 @@ class ActorManager:
                                 f"in namespace {spec.namespace!r}")
                 return
             self.named[key] = spec.actor_id
+            self.names.claim(entry)  # schedules it once the name is ours cluster-wide
+            return
+        self.names.publish_location(entry)
         self._schedule(entry)
 
     def schedule(self, entry: ActorEntry) -> None:
@@ -188,6 +194,10 @@ class ActorManager:
             key = (entry.spec.namespace, entry.spec.name)
             if self.named.get(key) == entry.spec.actor_id:
                 del self.named[key]
+                if not entry.home:
+                    self.names.release_name(entry)
+        if state == "dead" and not entry.home and not entry.proxy:
+            self.names.forget_location(entry)
 
     def _release(self, entry: ActorEntry) -> None:
         self.node.apply(self.node.scheduler.finish(entry.spec.actor_id))
@@ -246,6 +256,10 @@ class ActorManager:
         for entry in list(self.actors.values()):
             if entry.state == "dead":
                 continue
+            if entry.proxy:
+                if entry.remote == address:
+                    self.names.home_gone(entry)
+                continue
             if entry.remote == address:
                 entry.remote = ""
                 entry.worker = None
@@ -263,6 +277,8 @@ class ActorManager:
                 # Its home (and owner) went: a detached actor lives on with us as its home.
                 entry.subscribers.discard(address)
                 entry.home = ""
+                if entry.spec.detached:
+                    self.names.publish_location(entry)  # handles elsewhere follow it here
                 if not entry.spec.detached:
                     entry.no_restart = True
                     entry.reason = f"its owner's node {node_id} {why}"
@@ -285,6 +301,8 @@ class ActorManager:
     # -- lookups ---------------------------------------------------------------------------
     def _on_subscribe(self, sender: str, msg: m.SubscribeActor, bufs: list[Any]) -> None:
         entry = self.actors.get(msg.actor_id)
+        if entry is None and self.names.follow(msg.actor_id, msg.subscriber):
+            return
         if entry is None:
             early = self.early_subscribers.setdefault(msg.actor_id, set())
             if not early:
@@ -305,7 +323,7 @@ class ActorManager:
     def _on_get_named(self, sender: str, msg: m.GetNamedActor, bufs: list[Any]) -> None:
         entry = self.actors.get(self.named.get((msg.namespace, msg.name), b""))
         if entry is None or entry.state == "dead":
-            self.node.loop.send(sender, m.NamedActorReply(request_id=msg.request_id, found=False))
+            self.names.lookup(sender, msg)  # maybe named through another node
             return
         self.node.loop.send(sender, m.NamedActorReply(
             request_id=msg.request_id, found=True, actor_id=entry.spec.actor_id,

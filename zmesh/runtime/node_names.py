@@ -1,0 +1,157 @@
+"""Named actors and actor locations cluster-wide, kept in the control store.
+
+`named/<ns>/<name>` is claimed put-if-absent by the actor's home node, so a name is unique
+across the mesh and `get_actor` works from a driver on any node; `actor/<id>` names the
+home node, which knows where the actor runs now (it follows restarts). A node asked about
+an actor homed elsewhere keeps a proxy entry subscribed to the home and relays its states.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.node_control import actor_key, named_key
+from zmesh.store.control_requests import Completion
+from zmesh.store.control_store import KvStatus
+
+if TYPE_CHECKING:
+    from zmesh.runtime.node_actors import ActorEntry, ActorManager
+
+logger = logging.getLogger("zmesh.node")
+
+REFOLLOW_DELAY_S = 1.0
+"""After a proxied actor's home dies, wait this long for its host to publish itself."""
+
+
+class ActorDirectory:
+    """The store side of the node's actors (loop thread only)."""
+
+    def __init__(self, actors: ActorManager) -> None:
+        self.actors = actors
+        self.node = actors.node
+
+    # -- the home node's writes ------------------------------------------------------------
+    def claim(self, entry: ActorEntry) -> None:
+        """Take the actor's name cluster-wide, then schedule it; dead if the name is taken."""
+        spec = entry.spec
+        record = {"actor_id": spec.actor_id, "home": self.node.mesh_address,
+                  "class_name": spec.class_name, "fn_id": spec.fn_id, "is_async": spec.is_async}
+        key = named_key(spec.namespace, spec.name)
+
+        def done(c: Completion, retried: bool = False) -> None:
+            if entry.state == "dead":
+                return
+            holder = self.node.control.decode(c)
+            if c.status == KvStatus.OK or (holder and holder["actor_id"] == spec.actor_id):
+                self.publish_location(entry)
+                self.actors.schedule(entry)
+            elif holder and not retried and not self._home_alive(holder["home"]):
+                # the node that held the name died with its actor: the name is free again
+                self.node.control.put(key, record, lambda c2: done(c2, True))
+            elif c.status == KvStatus.EXISTS:
+                self.actors._set_state(entry, "dead", reason=(
+                    f"the name {spec.name!r} is already taken in namespace {spec.namespace!r}"))
+            else:
+                self.actors._set_state(entry, "dead", reason=(
+                    f"the name {spec.name!r} could not be registered: {c.status.name}"))
+
+        self.node.control.put(key, record, done, if_absent=True)
+
+    def publish_location(self, entry: ActorEntry) -> None:
+        """Record this node as the actor's home (fire and forget)."""
+        self.node.control.put(actor_key(entry.spec.actor_id), {"home": self.node.mesh_address})
+
+    def release_name(self, entry: ActorEntry) -> None:
+        self.node.control.delete(named_key(entry.spec.namespace, entry.spec.name))
+
+    def forget_location(self, entry: ActorEntry) -> None:
+        self.node.control.delete(actor_key(entry.spec.actor_id))
+
+    # -- other nodes' lookups --------------------------------------------------------------
+    def lookup(self, sender: str, msg: m.GetNamedActor) -> None:
+        """Answer GetNamedActor from the store (the name is not homed here)."""
+        def done(c: Completion) -> None:
+            holder = self.node.control.decode(c)
+            if holder is None or not self._home_alive(holder["home"]):
+                self.node.loop.send(sender, m.NamedActorReply(request_id=msg.request_id,
+                                                              found=False))
+                return
+            self.node.loop.send(sender, m.NamedActorReply(
+                request_id=msg.request_id, found=True, actor_id=holder["actor_id"],
+                class_name=holder["class_name"], state="pending", fn_id=holder["fn_id"],
+                is_async=holder["is_async"]))
+
+        self.node.control.get(named_key(msg.namespace, msg.name), done)
+
+    def follow(self, actor_id: bytes, subscriber: str) -> bool:
+        """Subscribe `subscriber` through a proxy if the actor is homed on another node.
+
+        False (synchronously) when the store has no location for it yet: the caller then
+        waits for a CreateActor as before. A single-node mesh answers at once.
+        """
+        answered: list[bool] = []
+
+        def done(c: Completion) -> None:
+            holder = self.node.control.decode(c)
+            home = holder["home"] if holder else ""
+            if not home or home == self.node.mesh_address or not self._home_alive(home):
+                answered.append(False)
+                return
+            answered.append(True)
+            self._proxy(actor_id, home, subscriber)
+
+        self.node.control.get(actor_key(actor_id), done)
+        if answered:
+            return answered[0]
+        # Remote shard: the answer comes later; hold the subscriber as an early one meanwhile.
+        return False
+
+    def _proxy(self, actor_id: bytes, home: str, subscriber: str) -> None:
+        from zmesh.runtime.node_actors import ActorEntry
+
+        entry = self.actors.actors.get(actor_id)
+        if entry is None or (entry.proxy and entry.state == "dead"):
+            spec = m.CreateActor(actor_id=actor_id, owner="", fn_id=b"", class_name="",
+                                 args=m.Args(), resources={}, placement={})
+            entry = ActorEntry(spec, remote=home, proxy=True)
+            self.actors.actors[actor_id] = entry
+        entry.subscribers.add(subscriber)
+        entry.subscribers |= self.actors.early_subscribers.pop(actor_id, set())
+        if entry.proxy:
+            entry.remote = home
+            self.node.loop.send(home, m.SubscribeActor(actor_id=actor_id,
+                                                       subscriber=self.node.mesh_address))
+
+    def home_gone(self, entry: ActorEntry) -> None:
+        """A proxied actor's home died: a detached actor's host republishes; follow it."""
+        actor_id = entry.spec.actor_id
+        self.actors.actors.pop(actor_id, None)
+        subscribers = set(entry.subscribers)
+
+        def refollow() -> None:
+            def done(c: Completion) -> None:
+                holder = self.node.control.decode(c)
+                home = holder["home"] if holder else ""
+                if home and home != entry.remote and self._home_alive(home):
+                    for sub in subscribers:
+                        self._proxy(actor_id, home, sub)
+                    return
+                for sub in subscribers:
+                    self.node.loop.send(sub, m.ActorState(
+                        actor_id=actor_id, state="dead",
+                        reason=f"its home node {entry.remote} is gone"))
+
+            self.node.control.get(actor_key(actor_id), done)
+
+        self.node.loop.call_later(REFOLLOW_DELAY_S, refollow)
+
+    def _home_alive(self, home: str) -> bool:
+        if home == self.node.mesh_address:
+            return True
+        mesh = self.node.mesh
+        if mesh is None:
+            return False
+        node_id = mesh.node_of.get(home)
+        return node_id is not None and mesh.live_address(node_id) is not None
