@@ -283,7 +283,8 @@ class ActorCaller:
             value = returns[i] if i < len(returns) else returns[0]
             oid = IdGen.object_id(call.msg.task_id, i)
             if objects.set_value(oid, value) is None and value.loc is not None:
-                self.client.loop.send(self.client.node_address, m.FreeObjects(object_ids=[oid]))
+                self.client.loop.send(self.client.node_address, m.FreeObjects(
+                    object_ids=[oid], node=value.loc.node))
         if call.release:
             objects.remove_submitted(call.release)
 

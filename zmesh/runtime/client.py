@@ -197,8 +197,9 @@ class CoreClient:
     def read(self, loc: m.StoreLoc) -> memoryview:
         """Pin a stored object for this process and map it read-only; unpinned when unused."""
         oid = loc.object_id
+        # With the location, the node pulls a copy first when it lies on another node.
         reply = self.request(lambda rid: m.PinObject(request_id=rid, object_id=oid,
-                                                     client=self.address))
+                                                     client=self.address, source=loc))
         if reply.error or reply.loc is None:
             err = values.decode(m.Value(data=reply.error, is_error=True), None)
             raise err if isinstance(err, BaseException) else ZmeshError(str(err))
@@ -367,7 +368,8 @@ class CoreClient:
             return
         value = entry.value
         if value is not None and value.loc is not None:
-            self.loop.send(self.node_address, m.FreeObjects(object_ids=[object_id]))
+            self.loop.send(self.node_address, m.FreeObjects(object_ids=[object_id],
+                                                            node=value.loc.node))
         if entry.contained:
             self.objects.remove_submitted(entry.contained)
         for inner in entry.held:

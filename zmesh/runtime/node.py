@@ -30,6 +30,7 @@ from zmesh.runtime.node_control import ControlAgent
 from zmesh.runtime.node_forward import Forwarder
 from zmesh.runtime.node_groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node_mesh import MeshAgent
+from zmesh.runtime.node_objects import NodeObjects
 from zmesh.runtime.strategies import decode_strategy
 from zmesh.runtime.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.zygote import describe_status, set_parent_death_signal
@@ -115,7 +116,8 @@ class Node:
         self.mesh: MeshAgent | None = MeshAgent(
             self.loop, self.mesh_address, self.node_id, total=self.scheduler.total,
             free=self.scheduler.available, labels=self.labels, ipc_address=self.address,
-            pid=os.getpid(), on_view=self._on_view, on_gone=self.forwarder.node_gone)
+            pid=os.getpid(), on_view=self._on_view, on_gone=self._node_gone)
+        self.objects = NodeObjects(self)
         self._register_handlers()
 
     # -- wiring ----------------------------------------------------------------------------
@@ -127,8 +129,6 @@ class Node:
         on(m.ReturnLease, self._on_return_lease)
         on(m.AllocObject, self._on_alloc)
         on(m.SealObject, lambda s, msg, b: self._store_call(self.store.seal, msg.object_id))
-        on(m.FreeObjects, self._on_free)
-        on(m.PinObject, self._on_pin)
         on(m.UnpinObject, lambda s, msg, b: self._store_call(self.store.unpin, msg.object_id,
                                                               msg.client))
         on(m.Blocked, self._on_blocked)
@@ -136,6 +136,7 @@ class Node:
         on(m.Query, self._on_query)
         on(m.Shutdown, lambda s, msg, b: self.stop(msg.reason))
         self.actors.register(self.loop)
+        self.objects.register(self.loop)
 
     def run(self, join: list[str] | None = None) -> None:
         for _ in range(max(1, min(int(self.num_cpus), 8))):
@@ -160,11 +161,16 @@ class Node:
             self.control.set_members(a for a in live if a is not None)
         self.apply(self.scheduler.update_cluster(view))
 
+    def _node_gone(self, node_id: str, address: str, why: str) -> None:
+        self.objects.node_gone(node_id, address, why)
+        self.forwarder.node_gone(node_id, address, why)
+
     def _teardown(self) -> None:
         for client in list(self.clients.values()):
             if client.kind == "driver":
                 self.loop.send(client.address, m.Shutdown(reason="node stopped"))
         self.pool.close()
+        self.objects.close()
         self.store.close()
         remove_node_store_dir(self.store_dir)
         self.endpoint.close()
@@ -424,24 +430,6 @@ class Node:
             node=self.node_id, segment=loc.segment, offset=loc.offset, size=loc.size,
             object_id=msg.object_id)))
 
-    def _on_pin(self, sender: str, msg: m.PinObject, bufs: list[Any]) -> None:
-        try:
-            loc = self.store.pin(msg.object_id, msg.client)
-        except Exception as exc:
-            from zmesh.errors import ObjectLostError
-
-            err = ObjectLostError(f"object {msg.object_id.hex()} is not in the store: {exc}")
-            self.loop.send(sender, m.AllocReply(request_id=msg.request_id,
-                                                error=values.encode_error(err).data))
-            return
-        self.loop.send(sender, m.AllocReply(request_id=msg.request_id, loc=m.StoreLoc(
-            node=self.node_id, segment=loc.segment, offset=loc.offset, size=loc.size,
-            object_id=msg.object_id)))
-
-    def _on_free(self, sender: str, msg: m.FreeObjects, bufs: list[Any]) -> None:
-        for oid in msg.object_ids:
-            self._store_call(self.store.free, oid)
-
     # -- logs and queries ------------------------------------------------------------------
     def _on_log(self, sender: str, msg: m.LogLines, bufs: list[Any]) -> None:
         for client in self.clients.values():
@@ -482,6 +470,9 @@ class Node:
         if what == "store":
             st = self.store.stats()
             return {k: getattr(st, k) for k in st.__dataclass_fields__}
+        if what == "transfer":
+            ts = self.objects.transfer.stats()
+            return {k: getattr(ts, k) for k in ts.__dataclass_fields__}
         return self.actors.answer(what, arg)
 
 

@@ -321,7 +321,8 @@ class TaskSubmitter:
         for i, oid in enumerate(task.return_ids()):
             value = returns[i] if i < len(returns) else returns[0]
             if objects.set_value(oid, value) is None and value.loc is not None:
-                self.client.loop.send(self.client.node_address, m.FreeObjects(object_ids=[oid]))
+                self.client.loop.send(self.client.node_address, m.FreeObjects(
+                    object_ids=[oid], node=value.loc.node))
         ids = [r.id for r in task.top_refs] + task.nested_ids
         task.top_refs = []
         if ids:

@@ -196,6 +196,12 @@ class ObjectStore:
 
     # -- queries -----------------------------------------------------------------------
 
+    @property
+    def mapper(self) -> StoreMapper:
+        """The store's own mapping of its segment files (shared with the transfer service,
+        so a segment the arena removes is forgotten by every user)."""
+        return self._mapper
+
     def contains(self, object_id: bytes) -> bool:
         e = self._entries.get(object_id)
         return e is not None and not e.freed

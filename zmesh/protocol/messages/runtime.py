@@ -198,9 +198,14 @@ class SealObject(Message, tag=36):
 
 
 class FreeObjects(Message, tag=37):
-    """The last references to these objects are gone: free every copy."""
+    """The last references to these objects are gone: free every copy.
+
+    `node`: the id of the node holding their primary copies when that is not the node this
+    goes to (a task's return made on another node); the receiving node forwards it there.
+    """
 
     object_ids: list[bytes]
+    node: str = ""
 
 
 class Blocked(Message, tag=38):
@@ -362,11 +367,16 @@ class RemoveBorrowers(Message, tag=58):
 
 
 class PinObject(Message, tag=59):
-    """A reader maps a stored object: keep it in place (restore it if spilled); AllocReply."""
+    """A reader maps a stored object: keep it in place (restore it if spilled); AllocReply.
+
+    `source`: where the reader was told the object lies; when that is another node, the
+    node pulls a copy from there first and answers with the local location.
+    """
 
     request_id: int
     object_id: bytes
     client: str
+    source: StoreLoc | None = None
 
 
 class UnpinObject(Message, tag=60):
