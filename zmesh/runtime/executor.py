@@ -106,6 +106,7 @@ class Executor:
         saved_env = _apply_env(msg.env_vars)
         logs.set_prefix(f"({msg.name} pid={self.pid})")
         client.current_task_id = msg.task_id
+        client.assigned_resources = msg.resources
         client.namespace = msg.namespace or "default"
         self.running = msg.task_id
         refs: list[Any] = []
@@ -190,6 +191,7 @@ class Executor:
     def _create_actor(self, spec: m.CreateActor) -> None:
         client = self.client
         client.current_actor_id = spec.actor_id
+        client.assigned_resources = dict(spec.resources)
         client.namespace = spec.namespace or client.namespace
         _apply_env(spec.env_vars)
         logs.set_prefix(f"({spec.class_name} pid={self.pid})")

@@ -201,7 +201,7 @@ class TaskSubmitter:
             args=m.Args(data=task.data, refs=refs), num_returns=task.num_returns,
             fn_blob=blob, env_vars={**task.env_vars, **lease.gpu_env} if lease.gpu_env
             else task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
-            namespace=self.client.namespace))
+            namespace=self.client.namespace, resources=task.resources))
 
     def _arm_idle(self, lease: Lease) -> None:
         lease.idle_timer += 1

@@ -231,3 +231,19 @@ def test_cancel_a_running_task_raises_task_cancelled(ray):
     ray.cancel(ref)
     with pytest.raises(zmesh.exceptions.TaskCancelledError):
         ray.get(ref, timeout=10)
+
+
+def test_runtime_context_reports_the_resources_a_task_and_an_actor_hold(ray):
+    @ray.remote(num_cpus=0.5)
+    def held():
+        return ray.get_runtime_context().get_assigned_resources()
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def held(self):
+            return ray.get_runtime_context().get_assigned_resources()
+
+    assert ray.get(held.remote()) == {"CPU": 0.5}
+    h = Holder.remote()
+    assert ray.get(h.held.remote()) == {"CPU": 1.0}
+    ray.kill(h)

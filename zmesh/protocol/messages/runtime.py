@@ -307,6 +307,7 @@ class ExecuteTask(Message, tag=50):
     attempt: int = 0
     ref_ids: list[bytes] = []  # ids of args.refs, given when some are pending (empty Values)
     namespace: str = ""  # the submitter's namespace: get_actor inside the task looks there
+    resources: dict[str, float] = {}  # what the task holds, for get_assigned_resources()
 
 
 class TaskResult(Message, tag=51):
