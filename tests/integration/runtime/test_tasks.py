@@ -104,7 +104,9 @@ def test_retry_exceptions_retries_user_errors_up_to_max_retries(ray, tmp_path):
     def flaky(path):
         with open(path, "a") as f:
             f.write("x")
-        if len(open(path).read()) < 3:
+        with open(path) as f:
+            attempts = len(f.read())
+        if attempts < 3:
             raise RuntimeError("not yet")
         return "done"
 
