@@ -97,6 +97,7 @@ class CoreClient:
         loop.on(m.DriverWarning, self._on_warning)
         loop.on(m.Shutdown, lambda s, msg, b: self._on_node_shutdown(msg))
         loop.on(m.PlacementGroupState, self._on_pg_state)
+        loop.on(m.NodeDied, self._on_node_died)
         self.tasks.register(loop)
         self.actors.register(loop)
 
@@ -358,6 +359,18 @@ class CoreClient:
         err = values.encode_error(OwnerDiedError(f"the owner {owner} of this object died"))
         for oid, entry in list(self.objects.entries.items()):
             if not entry.owned and entry.owner == owner:
+                self.objects.set_value(oid, err)
+
+    def _on_node_died(self, sender: str, msg: m.NodeDied, bufs: list[Any]) -> None:
+        # Owners are known by address only: the ones that lived on that node are the node
+        # itself and the processes with ipc sockets in its directory.
+        prefix = f"ipc://{msg.ipc_dir}/" if msg.ipc_dir else None
+        err = values.encode_error(OwnerDiedError(
+            f"the owner of this object lived on node {msg.node_id}, which {msg.why}"))
+        for oid, entry in list(self.objects.entries.items()):
+            if not entry.owned and entry.value is None and (
+                    entry.owner == msg.address or
+                    (prefix is not None and entry.owner.startswith(prefix))):
                 self.objects.set_value(oid, err)
 
     def _on_free(self, object_id: bytes, entry: ObjectEntry) -> None:

@@ -10,12 +10,14 @@ primary's holder (a task's return made there) is forwarded to it.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from zmesh.errors import ObjectLostError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.node_mesh import IPC_LABEL
 from zmesh.runtime.object_transfer import ObjectTransfer
 
 if TYPE_CHECKING:
@@ -85,8 +87,14 @@ class NodeObjects:
 
     # -- membership and shutdown -----------------------------------------------------------
     def node_gone(self, node_id: str, address: str, why: str) -> None:
-        """Pulls from a dead node fail (or move on) at once; its copies are forgotten."""
+        """Pulls from a dead node fail (or move on) at once, its copies are forgotten, and
+        the local clients fail what they borrowed from owners that lived there."""
         self.transfer.peer_died(address)
+        ipc = self._ipc_of(address)
+        died = m.NodeDied(node_id=node_id, address=address,
+                          ipc_dir=os.path.dirname(ipc[len("ipc://"):]) if ipc else "", why=why)
+        for client in list(self.node.clients):
+            self.node.loop.send(client, died)
 
     def close(self) -> None:
         self.transfer.close()
@@ -94,6 +102,15 @@ class NodeObjects:
     def _address_of(self, node_id: str) -> str | None:
         mesh = self.node.mesh
         return mesh.live_address(node_id) if mesh is not None else None
+
+    def _ipc_of(self, address: str) -> str:
+        mesh = self.node.mesh
+        if mesh is None:
+            return ""
+        for info in mesh.membership.members().values():
+            if info.address == address:
+                return info.metadata.labels.get(IPC_LABEL, "")
+        return ""
 
     def _why_unreachable(self, node_id: str) -> str:
         mesh = self.node.mesh

@@ -14,7 +14,7 @@ import pytest
 from runtime_fixtures import wait_until
 
 import zmesh
-from zmesh.exceptions import ObjectLostError
+from zmesh.exceptions import ObjectLostError, OwnerDiedError
 from zmesh.testing import Cluster, ClusterNode
 from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -126,3 +126,22 @@ def test_an_object_whose_only_copy_was_on_a_dead_node_raises_object_lost(
     cluster.wait_for_nodes()
     with pytest.raises(ObjectLostError, match="died"):
         zmesh.get(refs[1], timeout=30)
+
+
+@zmesh.remote
+class Keeper:
+    def keep(self, n: int) -> list[zmesh.ObjectRef]:
+        return [zmesh.put(np.arange(n, dtype=np.int64))]
+
+
+def test_a_borrowed_object_whose_owner_died_with_its_node_raises_owner_died(
+        cluster: Cluster) -> None:
+    doomed = cluster.add_node(num_cpus=1, resources={"doomed2": 1})
+    cluster.wait_for_nodes()
+    keeper = Keeper.options(scheduling_strategy=on(doomed)).remote()  # type: ignore[attr-defined]
+    [big] = zmesh.get(keeper.keep.remote(N), timeout=60)
+    [small] = zmesh.get(keeper.keep.remote(4), timeout=60)
+    cluster.kill_node(doomed)
+    for ref in (big, small):
+        with pytest.raises(OwnerDiedError, match="died"):
+            zmesh.get(ref, timeout=30)

@@ -385,3 +385,14 @@ class UnpinObject(Message, tag=60):
 
     object_id: bytes
     client: str
+
+
+class NodeDied(Message, tag=61):
+    """Node -> its clients: a member of the mesh died or left. Objects owned by processes
+    that lived there (`ipc_dir`: the directory of their ipc sockets) fail with
+    OwnerDiedError instead of waiting for an owner that will never answer."""
+
+    node_id: str
+    address: str
+    ipc_dir: str
+    why: str
