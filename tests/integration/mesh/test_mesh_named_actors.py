@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 import zmesh
+from zmesh.exceptions import RayActorError
 from zmesh.testing import Cluster
 
 
@@ -85,7 +86,7 @@ def test_a_killed_named_actor_frees_its_name_cluster_wide(cluster: Cluster) -> N
     reg = Register.options(name="drawer", lifetime="detached").remote()
     zmesh.get(reg.add.remote(), timeout=30)
     zmesh.kill(reg)
-    with pytest.raises(Exception):
+    with pytest.raises(RayActorError):
         zmesh.get(reg.add.remote(), timeout=30)
     out = run_driver(other_node(cluster), """
         import time
