@@ -128,7 +128,6 @@ class Node:
         on(m.RequestLease, self._on_request_lease)
         on(m.ReturnLease, self._on_return_lease)
         on(m.AllocObject, self._on_alloc)
-        on(m.SealObject, lambda s, msg, b: self._store_call(self.store.seal, msg.object_id))
         on(m.UnpinObject, lambda s, msg, b: self._store_call(self.store.unpin, msg.object_id,
                                                               msg.client))
         on(m.Blocked, self._on_blocked)

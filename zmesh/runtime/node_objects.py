@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from zmesh.errors import ObjectLostError
 from zmesh.protocol.messages import runtime as m
+from zmesh.protocol.messages.transfer import ChunkRequest
 from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node_mesh import IPC_LABEL
@@ -34,15 +36,22 @@ class NodeObjects:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.transfer = ObjectTransfer(node.store, mapper=node.store.mapper)
+        # Seal travels on the writer's connection, the reader's pin or a peer's chunk request
+        # on another, so they can overtake it: they wait here for the seal.
+        self._unsealed: dict[bytes, list[Callable[[], None]]] = {}
 
     def register(self, loop: EventLoop) -> None:
         self.transfer.register(loop, handle_free=False)
         loop.on(m.PinObject, self.on_pin)
         loop.on(m.FreeObjects, self.on_free)
+        loop.on(m.SealObject, self.on_seal)
+        loop.on(ChunkRequest, self.on_chunk_request)  # in place of the transfer's own
 
     # -- pins ------------------------------------------------------------------------------
     def on_pin(self, sender: str, msg: m.PinObject, bufs: list[Any]) -> None:
         src, store, oid = msg.source, self.node.store, msg.object_id
+        if self._wait_for_seal(oid, lambda: self.on_pin(sender, msg, bufs)):
+            return
         if src is None or not src.node or src.node == self.node.node_id or (
                 store.contains(oid) and store.is_sealed(oid)):
             self._pin(sender, msg)
@@ -77,9 +86,37 @@ class NodeObjects:
         self.node.loop.send(sender, m.AllocReply(request_id=msg.request_id,
                                                  error=values.encode_error(error).data))
 
+    # -- seals -----------------------------------------------------------------------------
+    def on_seal(self, sender: str, msg: m.SealObject, bufs: list[Any]) -> None:
+        try:
+            self.node.store.seal(msg.object_id)
+        except Exception as exc:
+            logger.warning("seal of object %s failed: %s", msg.object_id.hex(), exc)
+        self._wake(msg.object_id)
+
+    def on_chunk_request(self, sender: str, msg: ChunkRequest, bufs: list[Any]) -> None:
+        if not self._wait_for_seal(msg.object_id,
+                                   lambda: self.transfer.on_chunk_request(sender, msg, bufs)):
+            self.transfer.on_chunk_request(sender, msg, bufs)
+
+    def _wait_for_seal(self, object_id: bytes, retry: Callable[[], None]) -> bool:
+        """Queue `retry` if a local writer has yet to seal the object (not a pull's copy)."""
+        store = self.node.store
+        if not store.contains(object_id) or store.is_sealed(object_id) or \
+                self.transfer.manager.pulling(object_id):
+            return False
+        self._unsealed.setdefault(object_id, []).append(retry)
+        return True
+
+    def _wake(self, object_id: bytes) -> None:
+        for retry in self._unsealed.pop(object_id, ()):
+            retry()
+
     # -- frees -----------------------------------------------------------------------------
     def on_free(self, sender: str, msg: m.FreeObjects, bufs: list[Any]) -> None:
         self.transfer.free(msg.object_ids)
+        for oid in msg.object_ids:  # waiters for a seal that will not come now fail
+            self._wake(oid)
         if msg.node and msg.node != self.node.node_id:
             address = self._address_of(msg.node)
             if address is not None:  # a dead holder took its copy with it

@@ -145,3 +145,15 @@ def test_a_borrowed_object_whose_owner_died_with_its_node_raises_owner_died(
     for ref in (big, small):
         with pytest.raises(OwnerDiedError, match="died"):
             zmesh.get(ref, timeout=30)
+
+
+def test_a_large_return_read_at_once_waits_for_its_seal(cluster: Cluster) -> None:
+    # The worker's seal goes to its node on one connection, the result to the driver on
+    # another: the driver's pin (or a peer's chunk request) can overtake the seal.
+    head, red = cluster.head_node, node_with(cluster, "red")
+    assert head is not None
+    for node in (head, red):
+        for i in range(10):
+            arr = zmesh.get(make.options(scheduling_strategy=on(node)).remote(1 << 17, i),
+                            timeout=30)
+            assert arr[0] == i and arr[-1] == i + (1 << 17) - 1
