@@ -119,8 +119,12 @@ class EventLoop:
                 break
             finally:
                 self._sleeping = False
+            budget = 512  # then look at calls and timers again, so a flood starves neither
             while item is not None:
                 self._dispatch(*item)
+                budget -= 1
+                if budget == 0:
+                    break
                 try:
                     item = endpoint.recv(0)
                 except TransportError:
