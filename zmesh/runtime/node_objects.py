@@ -126,12 +126,13 @@ class NodeObjects:
     def node_gone(self, node_id: str, address: str, why: str) -> None:
         """Pulls from a dead node fail (or move on) at once, its copies are forgotten, and
         the local clients fail what they borrowed from owners that lived there."""
-        self.transfer.peer_died(address)
         ipc = self._ipc_of(address)
         died = m.NodeDied(node_id=node_id, address=address,
                           ipc_dir=os.path.dirname(ipc[len("ipc://"):]) if ipc else "", why=why)
+        # Before the failed pulls' answers, so a reader knows the owner died when they come.
         for client in list(self.node.clients):
             self.node.loop.send(client, died)
+        self.transfer.peer_died(address)
 
     def close(self) -> None:
         self.transfer.close()

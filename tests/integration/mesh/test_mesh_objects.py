@@ -107,7 +107,8 @@ def test_secondary_copies_are_freed_when_the_owner_frees_the_primary(
     assert store_used(cluster, blue) > base[blue.node_id]  # blue holds two pulled copies
     del put_ref, made, reads
     for node in (head, red, blue):
-        assert wait_until(lambda n=node: store_used(cluster, n) == base[n.node_id],
+        # <=: an earlier test's object may still have been on its way out at the baseline
+        assert wait_until(lambda n=node: store_used(cluster, n) <= base[n.node_id],
                           timeout=20), (node.node_id, store_used(cluster, node), base)
 
 
