@@ -81,11 +81,10 @@ class CoreClient:
         self.default_env: dict[str, str] = {}
         self.placement_groups: dict[bytes, bytes] = {}
         self.namespace = "default"
+        self.assigned_resources: dict[str, float] = {}
         self.current_task_id: bytes = b""
         self.current_actor_id: bytes = b""
         self.blocked_hook: Callable[[bool], None] | None = None
-        # (tcp address, ipc socket prefix or None, why) of every node known to have died
-        self.dead_nodes: list[tuple[str, str | None, str]] = []
         loop = self.loop
         loop.on(m.ClientRegistered, self._on_registered)
         for reply in _REQUEST_REPLIES:
@@ -252,11 +251,8 @@ class CoreClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         vals = self._wait_values(refs, deadline)
         out = []
-        for ref, v in zip(refs, vals):
-            try:
-                obj = values.decode(v, self.read)
-            except ObjectLostError as exc:
-                raise self._owner_died_instead(ref, exc) from None
+        for v in vals:
+            obj = values.decode(v, self.read)
             out.append(values.raise_if_error(v, obj))
         return out
 
@@ -370,7 +366,6 @@ class CoreClient:
         # Owners are known by address only: the ones that lived on that node are the node
         # itself and the processes with ipc sockets in its directory.
         prefix = f"ipc://{msg.ipc_dir}/" if msg.ipc_dir else None
-        self.dead_nodes.append((msg.address, prefix, f"node {msg.node_id}, which {msg.why}"))
         err = values.encode_error(OwnerDiedError(
             f"the owner of this object lived on node {msg.node_id}, which {msg.why}"))
         for oid, entry in list(self.objects.entries.items()):
@@ -378,15 +373,6 @@ class CoreClient:
                     entry.owner == msg.address or
                     (prefix is not None and entry.owner.startswith(prefix))):
                 self.objects.set_value(oid, err)
-
-    def _owner_died_instead(self, ref: ObjectRef, exc: ObjectLostError) -> ObjectLostError:
-        # A borrowed value received before its owner's node died, whose copy went with it.
-        if isinstance(exc, OwnerDiedError) or ref.owner == self.address:
-            return exc
-        for address, prefix, where in self.dead_nodes:
-            if ref.owner == address or (prefix is not None and ref.owner.startswith(prefix)):
-                return OwnerDiedError(f"the owner of {ref!r} lived on {where}: {exc}")
-        return exc
 
     def _on_free(self, object_id: bytes, entry: ObjectEntry) -> None:
         if not entry.owned:

@@ -19,7 +19,8 @@ from typing import Any
 
 from zmesh.errors import ZmeshError
 from zmesh.runtime.launcher import running_nodes, session_root
-from zmesh.runtime.node_query import NodeQuerier, pid_alive
+from zmesh.runtime.node_query import NodeQuerier
+from zmesh.store.sweep import pid_alive
 
 Sub = Any  # argparse._SubParsersAction
 LIST_KINDS = ("nodes", "actors", "tasks", "objects", "placement-groups")

@@ -39,6 +39,7 @@ from zmesh.store.sweep import (
     create_node_store_dir,
     default_store_root,
     ensure_store_root,
+    pid_alive,
     remove_node_store_dir,
     sweep_dead_stores,
 )
@@ -186,13 +187,13 @@ class Node:
             self._worker_ready(msg)
 
     def _check_liveness(self) -> None:
-        if self.parent_pid and not _alive(self.parent_pid):
+        if self.parent_pid and not pid_alive(self.parent_pid):
             self.stop("the driver that started this node exited")
             return
         for client in list(self.clients.values()):
             # Only a client on this machine (ipc) has a pid we can check.
             if client.kind == "driver" and client.address.startswith("ipc://") and \
-                    not _alive(client.pid):
+                    not pid_alive(client.pid):
                 self._client_gone(client.address)
         self.loop.call_later(LIVENESS_PERIOD_S, self._check_liveness)
 
@@ -494,20 +495,6 @@ def _worker_bind_env(host: str) -> dict[str, str]:
     if host in ("127.0.0.1", "localhost", "::1", ""):
         return {}
     return {"ZMESH_WORKER_BIND": f"tcp://{host}:0"}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _total_memory() -> int:

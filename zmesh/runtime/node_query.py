@@ -7,7 +7,6 @@ tcp or ipc address; it is not a driver (it registers nothing and owns nothing).
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from typing import Any
 
@@ -67,16 +66,3 @@ def query_node(address: str, what: str, arg: bytes = b"", timeout: float = 5.0) 
         return q.query(address, what, arg, timeout)
 
 
-def pid_alive(pid: int) -> bool:
-    """True while process `pid` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True

@@ -99,14 +99,19 @@ def process_start_time(pid: int) -> int:
     return int(fields[19])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def _owner_alive(path: str) -> bool:
@@ -120,7 +125,7 @@ def _owner_alive(path: str) -> bool:
         return True
     except (OSError, ValueError):
         return False
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     return start == 0 or process_start_time(pid) in (0, start)
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from zmesh.errors import ZmeshError
 from zmesh.runtime.launcher import session_root
-from zmesh.runtime.node_query import NodeQuerier, pid_alive
-from zmesh.store.sweep import default_store_root
+from zmesh.runtime.node_query import NodeQuerier
+from zmesh.store.sweep import default_store_root, pid_alive
 
 __all__ = ["Cluster", "ClusterNode"]
 
