@@ -12,7 +12,6 @@ from zmesh import serializers as registry
 from zmesh.object_ref import ObjectRef
 from zmesh.protocol.messages.runtime import Args, Value
 from zmesh.runtime import context, values
-from zmesh.serializers import layout
 
 
 class ArgRef(NamedTuple):
@@ -52,7 +51,7 @@ def unpack_args(packed: Args, read: values.Reader | None
     if not packed.data:
         return (), {}, []
     with context.RefCollector() as collected:
-        raw = registry.deserialize(layout.unpack_from(memoryview(packed.data)), trusted=True)
+        raw = registry.deserialize(values.unpack(packed.data), trusted=True)
     a, k = raw
     if packed.refs:
         resolved = [_value(v, read) for v in packed.refs]

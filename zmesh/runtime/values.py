@@ -14,7 +14,7 @@ from zmesh import serializers as registry
 from zmesh.errors import SerializationError, ZmeshError
 from zmesh.protocol.messages.runtime import StoreLoc, Value
 from zmesh.runtime import context
-from zmesh.serializers import layout
+from zmesh.serializers import Serialized, layout
 from zmesh.task_error import TaskError
 
 INLINE_LIMIT = 100 * 1024
@@ -27,11 +27,29 @@ Reader = Callable[[StoreLoc], memoryview]
 
 
 
+_COMPACT = 1  # first byte of an inline value with no buffers: 1, name, 0, header
+
+
 def pack(s: Any) -> bytes:
-    """A serialized value packed into one bytes-like block (for inline values)."""
+    """A serialized value packed into one bytes-like block (for inline values).
+
+    A value without buffers (most small ones) takes a compact form, which costs a tenth of
+    the store layout; the store layout starts with its magic, so the two never collide.
+    """
+    if not s.buffers:
+        return b"\x01" + s.name.encode() + b"\x00" + s.header  # type: ignore[no-any-return]
     buf = bytearray(layout.packed_size(s))
     layout.pack_into(s, memoryview(buf))
     return buf  # type: ignore[return-value]  # bytearray encodes exactly like bytes
+
+
+def unpack(buf: Any) -> Any:
+    """The Serialized packed by `pack` (or written to the store with the layout)."""
+    if buf[0] == _COMPACT:
+        data = bytes(buf)
+        cut = data.index(b"\x00", 1)
+        return Serialized(data[1:cut].decode(), data[cut + 1:], [])
+    return layout.unpack_from(memoryview(buf))
 
 
 NONE_VALUE = Value(data=pack(registry.serialize(None)))
@@ -88,7 +106,7 @@ def decode(value: Value, read: Reader | None) -> Any:
             raise SerializationError("a stored object cannot be read in this process")
         buf = read(value.loc)
     try:
-        s = layout.unpack_from(buf)
+        s = unpack(buf)
         return registry.deserialize(s, trusted=True)
     except SerializationError:
         raise
