@@ -249,3 +249,40 @@ def test_runtime_context_reports_the_resources_a_task_and_an_actor_hold(ray):
     h = Holder.remote()
     assert ray.get(h.held.remote()) == {"CPU": 1.0}
     ray.kill(h)
+
+
+def test_force_cancel_kills_the_worker_and_is_not_retried(ray):
+    @ray.remote(max_retries=3)
+    def forever():
+        import time
+
+        while True:
+            time.sleep(0.01)
+
+    ref = forever.remote()
+    ray.wait([ref], timeout=0.3)
+    ray.cancel(ref, force=True)
+    with pytest.raises(zmesh.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=10)
+
+
+def test_cancelling_a_queued_task_means_it_never_runs(ray, tmp_path):
+    marker = tmp_path / "ran"
+
+    @ray.remote(num_cpus=2)
+    def hog(seconds):
+        import time
+
+        time.sleep(seconds)
+
+    @ray.remote(num_cpus=2)
+    def touch(path):
+        open(path, "w").close()
+
+    blocker = hog.remote(0.5)
+    queued = touch.remote(str(marker))
+    ray.cancel(queued)
+    with pytest.raises(zmesh.exceptions.TaskCancelledError):
+        ray.get(queued, timeout=10)
+    ray.get(blocker, timeout=10)
+    assert not marker.exists()
