@@ -392,9 +392,8 @@ class Node:
             self.idle.remove(info)
         reason = describe_status(status)
         prev, info.state = info.state, "dead"
-        if info.address:
-            self._store_call(self.store.release_client, info.address)
-            self.clients.pop(info.address, None)
+        if info.address:  # what it owned dies with it: leases, actors it created, store pins
+            self._client_gone(info.address)
         if prev == "leased":
             lease = self.leases.get(info.lease_id)
             if lease is not None:
@@ -406,8 +405,6 @@ class Node:
         elif prev == "actor":
             self.actors.worker_died(info, f"its worker (pid={pid}) was {reason}"
                                     if "signal" in reason else f"its worker (pid={pid}) {reason}")
-        if prev != "actor" and info.address:  # actors its tasks created die with it
-            self.actors.owner_died(info.address)
         if not self.stopping and len(self.idle) < 1:
             self._prestart()
 

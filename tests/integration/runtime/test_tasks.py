@@ -286,3 +286,23 @@ def test_cancelling_a_queued_task_means_it_never_runs(ray, tmp_path):
         ray.get(queued, timeout=10)
     ray.get(blocker, timeout=10)
     assert not marker.exists()
+
+
+def test_leases_held_by_a_worker_that_dies_go_back_to_the_node(ray):
+    from runtime_fixtures import wait_until
+
+    @ray.remote
+    def child():
+        return 1
+
+    @ray.remote(max_retries=0)
+    def submit_then_die():
+        import os
+
+        ray.get(child.remote())  # this worker now owns a lease on another worker
+        os._exit(1)
+
+    with pytest.raises(zmesh.exceptions.WorkerCrashedError):
+        ray.get(submit_then_die.remote(), timeout=30)
+    assert wait_until(lambda: ray.available_resources().get("CPU") == 2.0, timeout=10), \
+        ray.available_resources()
