@@ -251,10 +251,35 @@ class CoreClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         vals = self._wait_values(refs, deadline)
         out = []
-        for v in vals:
-            obj = values.decode(v, self.read)
+        for ref, v in zip(refs, vals):
+            try:
+                obj = values.decode(v, self.read)
+            except ObjectLostError:
+                rebuilt = self._rebuild_value(ref, deadline)
+                if rebuilt is None:
+                    raise
+                v = rebuilt
+                obj = values.decode(v, self.read)
             out.append(values.raise_if_error(v, obj))
         return out
+
+    def _rebuild_value(self, ref: ObjectRef, deadline: float | None) -> m.Value | None:
+        """A new value for a ref whose stored copy was lost, made again by re-running the task
+        that made it (lineage) while we own it; None when it cannot be made again."""
+        entry = self.objects.entries.get(ref.id)
+        if entry is None or not entry.owned or entry.lineage is None:
+            return None
+        started = threading.Event()
+
+        def rebuild() -> None:
+            self.tasks.rebuild(ref.id)
+            started.set()
+
+        self.loop.call_soon(rebuild)
+        started.wait()
+        if self.objects.value_of(ref.id) is not None:
+            return None  # no retries left: the task was not run again
+        return self._wait_values([ref], deadline)[0]
 
     def _wait_values(self, refs: Sequence[ObjectRef], deadline: float | None) -> list[m.Value]:
         entries = self.objects.entries

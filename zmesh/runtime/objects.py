@@ -20,7 +20,7 @@ class ObjectEntry:
     """One object as this process sees it."""
 
     __slots__ = ("value", "owner", "owned", "local", "borrowers", "submitted", "callbacks",
-                 "requested", "escaped", "contained", "held")
+                 "requested", "escaped", "contained", "held", "lineage")
 
     def __init__(self, owner: str, owned: bool) -> None:
         self.value: Value | None = None
@@ -34,6 +34,7 @@ class ObjectEntry:
         self.escaped = False
         self.contained: list[bytes] = []  # refs inside this (owned) value, held while it lives
         self.held: list[bytes] = []  # others' objects inside this value, borrowed while it lives
+        self.lineage: Any = None  # the task that made this (stored) value, to make it again
 
     def in_use(self) -> bool:
         return bool(self.local or self.borrowers or self.submitted or self.escaped)

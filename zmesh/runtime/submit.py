@@ -192,7 +192,7 @@ class TaskSubmitter:
             blob = task.fn_blob
         refs: list[m.Value] = []
         ref_ids: list[bytes] = []
-        if task.top_refs:
+        if task.ref_values:
             refs = [PENDING if v is None else v for v in task.ref_values]
             if any(v is None for v in task.ref_values):
                 ref_ids = [r.id for r in task.top_refs]
@@ -318,15 +318,45 @@ class TaskSubmitter:
         task.done = True
         self.tasks.pop(task.task_id, None)
         objects = self.client.objects
+        rebuildable = (not failed and all(v is not None and v.loc is None for v in task.ref_values)
+                       and not _pinned_to_a_node(task.strategy))
         for i, oid in enumerate(task.return_ids()):
             value = returns[i] if i < len(returns) else returns[0]
+            if rebuildable and value.loc is not None:
+                entry = objects.entries.get(oid)
+                if entry is not None:
+                    entry.lineage = task  # its only copies live in stores: keep the recipe
             if objects.set_value(oid, value) is None and value.loc is not None:
                 self.client.loop.send(self.client.node_address, m.FreeObjects(
                     object_ids=[oid], node=value.loc.node))
         ids = [r.id for r in task.top_refs] + task.nested_ids
         task.top_refs = []
+        task.nested_ids = []
         if ids:
             objects.remove_submitted(ids)
+
+    def rebuild(self, object_id: bytes) -> None:
+        """Run again the task that made `object_id`, whose stored copy was lost (lineage).
+
+        Its returns wait for the new values; if it has no retries left they keep the error.
+        """
+        entry = self.client.objects.entries.get(object_id)
+        task = None if entry is None else entry.lineage
+        if task is None or not task.done:
+            return  # gone, not rebuildable, or already being rebuilt
+        if task.attempt >= task.max_retries:
+            return
+        task.attempt += 1
+        task.done = False
+        with self.client.objects.lock:
+            for oid in task.return_ids():
+                e = self.client.objects.entries.get(oid)
+                if e is not None:
+                    e.value = None
+                    e.lineage = None
+        self.tasks[task.task_id] = task
+        task.lease = None
+        self._enqueue(task)
 
     # -- cancellation ----------------------------------------------------------------------
     def cancel(self, task_id: bytes, force: bool) -> None:
@@ -351,3 +381,14 @@ class TaskSubmitter:
         if task is None or task.lease is not None:
             return ""
         return self.pending_reasons.get(task.name, "")
+
+
+def _pinned_to_a_node(strategy: bytes) -> bool:
+    """Hard node affinity: such a task cannot be run again elsewhere once its node is gone."""
+    if not strategy:
+        return False
+    from zmesh.core.scheduling import NodeAffinity
+    from zmesh.runtime.strategies import decode_strategy
+
+    decoded = decode_strategy(strategy)
+    return isinstance(decoded, NodeAffinity) and not decoded.soft
