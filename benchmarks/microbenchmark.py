@@ -108,8 +108,8 @@ def format_table(results: Results, loads: dict[str, float],
                " ".join(_fmt(s) for s in smp) if len(smp) <= 5 else f"({len(smp)} values)"]
         if baseline:
             b = baseline["results"].get(name)
-            r = ratio(m, b) if b else None
-            row[4:4] = ["-" if not b else _fmt(b["value"]), "-" if r is None else f"{r:.2f}x"]
+            x = ratio(m, b) if b else None
+            row[4:4] = ["-" if not b else _fmt(b["value"]), "-" if x is None else f"{x:.2f}x"]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     numeric = {j for j, h in enumerate(head) if h not in ("metric", "unit", "better", "samples")}
