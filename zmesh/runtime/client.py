@@ -339,10 +339,12 @@ class CoreClient:
         value_of = self.objects.value_of
         have = sum(1 for r in refs if value_of(r.id) is not None)
         if have < num_returns and timeout != 0:
-            waiter = _Countdown(num_returns - have)
+            # Count every ref through its callback (a ready one calls back at once): counting
+            # the ready ones first and registering the rest after would miss a ref that becomes
+            # ready in between, and wait forever.
+            waiter = _Countdown(num_returns)
             for r in refs:
-                if value_of(r.id) is None:
-                    self.objects.when_ready(r.id, waiter.hit)
+                self.objects.when_ready(r.id, waiter.hit)
             waiter.event.wait(timeout)
         out_ready: list[ObjectRef] = []
         rest: list[ObjectRef] = []
@@ -449,15 +451,19 @@ def _loc(loc: m.StoreLoc) -> Any:
 
 
 class _Countdown:
-    """Sets `event` once `hit` has been called `n` times (from the loop thread)."""
+    """Sets `event` once `hit` has been called `n` times, from any threads (the loop's
+    callbacks race the registering thread's immediate ones, hence the lock)."""
 
-    __slots__ = ("left", "event")
+    __slots__ = ("left", "event", "_lock")
 
     def __init__(self, n: int) -> None:
         self.left = n
         self.event = threading.Event()
+        self._lock = threading.Lock()
 
     def hit(self, value: Any) -> None:
-        self.left -= 1
-        if self.left <= 0:
+        with self._lock:
+            self.left -= 1
+            done = self.left <= 0
+        if done:
             self.event.set()

@@ -206,3 +206,18 @@ def test_object_ref_looks_like_rays(ray):
     assert ref.hex() == ref.binary().hex()
     assert ref in {ref}
     assert ref.future().result(timeout=10) == 5
+
+
+def test_wait_for_all_of_many_short_tasks_never_misses_one(ray):
+    # values land while wait registers its callbacks: none may be missed (it hung once)
+    @ray.remote
+    def nap(s):
+        import time
+
+        time.sleep(s)
+        return s
+
+    for _ in range(5):
+        refs = [nap.remote(0.0005 * (i % 4)) for i in range(300)]
+        ready, rest = ray.wait(refs, num_returns=len(refs), timeout=60)
+        assert len(ready) == 300 and rest == []
