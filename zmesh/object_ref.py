@@ -6,7 +6,6 @@ owner's reference count, so the value is freed everywhere once the last ref is g
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from collections.abc import Generator
 from typing import Any
@@ -63,6 +62,8 @@ class ObjectRef:
         return self._client.future_of(self)  # type: ignore[no-any-return]
 
     def __await__(self) -> Generator[Any, None, Any]:
+        import asyncio  # only awaiting needs it; most processes never do
+
         return asyncio.wrap_future(self.future()).__await__()
 
 

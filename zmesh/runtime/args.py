@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from zmesh import serializers as registry
+import zmesh.serializers as registry
 from zmesh.object_ref import ObjectRef
 from zmesh.protocol.messages.runtime import Args, Value
 from zmesh.runtime import context, values

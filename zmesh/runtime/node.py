@@ -566,6 +566,11 @@ def _json_arg(flag: str, text: str, kind: type) -> dict[str, Any]:
     return value
 
 
-if __name__ == "__main__":
+def run_main(argv: list[str] | None = None) -> None:
+    """`python -m zmesh.runtime.node_main ...`: logging set up, then main."""
     logging.basicConfig(level=os.environ.get("ZMESH_LOG_LEVEL", "WARNING"), stream=sys.stderr)
-    main()
+    main(argv)
+
+
+if __name__ == "__main__":
+    run_main()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from zmesh import serializers as registry
+import zmesh.serializers as registry
 from zmesh.errors import SerializationError, ZmeshError
 from zmesh.protocol.messages.runtime import StoreLoc, Value
 from zmesh.runtime import context

@@ -90,6 +90,8 @@ def main(fd: int, node_address: str, session_dir: str) -> None:
                     pid = _spawn(sock, rfd, wfd, rec, node_address, session_dir)
                     children.add(pid)
                     write_record(sock, {"op": "spawned", "id": rec["id"], "pid": pid})
+                elif rec["op"] == "env":  # for every worker started from now on
+                    os.environ.update(rec["env"])
                 elif rec["op"] == "kill" and rec["pid"] in children:
                     try:
                         os.kill(rec["pid"], rec.get("sig", signal.SIGKILL))
@@ -142,9 +144,10 @@ def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_ad
 
         worker.main(node_address, session_dir, bytes(rec["id"]))
     except BaseException:
-        import traceback
+        if os.path.isdir(session_dir):  # else the node is gone and this start is moot
+            import traceback
 
-        traceback.print_exc()
+            traceback.print_exc()
     finally:
         os._exit(1)
     return 0  # unreachable

@@ -13,8 +13,6 @@ import os
 import weakref
 from collections.abc import Callable
 
-import numpy as np
-
 from zmesh.store.arena import Location
 
 _MADV_POPULATE_READ = 22
@@ -60,6 +58,8 @@ class StoreMapper:
         the node's release of this client covers it).
         """
         m = self._mapping(loc, writable=False)
+        import numpy as np  # only readers need it; a node starts faster without it
+
         carrier = np.frombuffer(m.mm, dtype=np.uint8, count=loc.size, offset=loc.offset)
         weakref.finalize(carrier, on_release).atexit = False
         return carrier.data

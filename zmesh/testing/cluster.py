@@ -107,7 +107,7 @@ class Cluster:
             raise TypeError(f"add_node() got unknown node arguments {sorted(unknown)}; "
                             f"it takes {sorted(known)}")
         session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
-        cmd = [sys.executable, "-m", "zmesh.runtime.node", "--session-dir", session_dir,
+        cmd = [sys.executable, "-m", "zmesh.runtime.node_main", "--session-dir", session_dir,
                "--num-cpus", str(float(node_args.get("num_cpus", 1))),
                "--num-gpus", str(float(node_args.get("num_gpus", 0))),
                "--resources", json.dumps(node_args.get("resources") or {}),
@@ -117,7 +117,8 @@ class Cluster:
                "--parent-pid", str(os.getpid())]
         if self.head_node is not None:
             cmd += ["--join", self.head_node.address]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+        env = dict(os.environ, ZMESH_LAZY_IMPORT="1")  # a node needs only its internals
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
         proc.stdout.close()
