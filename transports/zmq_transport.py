@@ -132,7 +132,8 @@ class ZmqEndpoint(Endpoint):
         self._thread_senders: list[ZmqThreadSender] = []
         self._ipc_path: str | None = None
         self._extra_ipc_paths: list[str] = []
-        self._wake_lock = threading.Lock()
+        # Reentrant: a finalizer run by the garbage collector inside wake() may wake again.
+        self._wake_lock = threading.RLock()
         self._context = _shared_context.acquire()
         try:
             self._router = self._bind_router(

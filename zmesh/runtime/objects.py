@@ -46,7 +46,9 @@ class ObjectTable:
     def __init__(self, address: str, post: Callable[..., None],
                  on_free: Callable[[bytes, ObjectEntry], None]) -> None:
         self.address = address
-        self.lock = threading.Lock()
+        # Reentrant: ObjectRef.__del__ may run (from the garbage collector) inside any
+        # allocation made while this lock is held, and it takes the lock again to decref.
+        self.lock = threading.RLock()
         self.entries: dict[bytes, ObjectEntry] = {}
         self._post = post
         self._on_free = on_free
