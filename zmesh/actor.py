@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from zmesh.options import ACTOR_OPTIONS, check_options, env_vars_of, resources_of
+from zmesh.options import ACTOR_OPTIONS, check_options, env_vars_of, labels_of, resources_of
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import _Exported
 from zmesh.runtime import context
@@ -91,6 +91,7 @@ class ActorClass:
             max_concurrency=int(max_conc), is_async=is_async,
             env_vars=env_vars_of(opts, client.default_env),
             strategy=encode_strategy(opts.get("scheduling_strategy")),
+            labels=labels_of(opts),
             fn_blob=self._exported.blob)
         if nested:
             client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])

@@ -59,6 +59,20 @@ def resources_of(opts: dict[str, Any], *, default_cpus: float) -> dict[str, floa
     return {k: v for k, v in res.items() if v}
 
 
+def labels_of(opts: dict[str, Any]) -> dict[str, str]:
+    """`label_selector`: node labels that must match exactly (Ray's operators are not
+    supported yet, and refused rather than misread)."""
+    selector = opts.get("label_selector") or {}
+    if not isinstance(selector, dict):
+        raise TypeError(f"label_selector must be a dict of str to str, got {selector!r}")
+    for k, v in selector.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"label_selector must map str to str, got {k!r}: {v!r}")
+        if v.startswith("!") or v.startswith("in(") or v.startswith("!in("):
+            raise ValueError(f"label_selector {k!r}: {v!r}: only exact values are supported")
+    return dict(selector)
+
+
 def env_vars_of(opts: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
     env = dict(base)
     env.update((opts.get("runtime_env") or {}).get("env_vars") or {})

@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 
 import cloudpickle
 
-from zmesh.options import TASK_OPTIONS, check_options, env_vars_of, resources_of
+from zmesh.options import TASK_OPTIONS, check_options, env_vars_of, labels_of, resources_of
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
 from zmesh.runtime.ids import IdGen
@@ -78,12 +78,14 @@ class RemoteFunction(Generic[R]):
             opts = self._options
             res = resources_of(opts, default_cpus=1.0)
             strategy = encode_strategy(opts.get("scheduling_strategy"))
-            key = (tuple(sorted(res.items())), strategy)
+            labels = labels_of(opts)
+            key = (tuple(sorted(res.items())), strategy, tuple(sorted(labels.items())))
             retries = opts.get("max_retries")
             cache = self._cache = (
                 client, res, strategy, key, 3 if retries is None else int(retries),
                 _retry_spec(opts.get("retry_exceptions", False)),
-                env_vars_of(opts, client.default_env), opts.get("name") or self.__name__)
+                env_vars_of(opts, client.default_env), opts.get("name") or self.__name__,
+                labels)
         return cache
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -91,13 +93,13 @@ class RemoteFunction(Generic[R]):
         client = context.current_client()
         exported = self._exported
         exported.ensure()
-        _, res, strategy, key, retries, retry_exc, env, name = self._prepared(client)
+        _, res, strategy, key, retries, retry_exc, env, name, labels = self._prepared(client)
         num_returns = int(self._options.get("num_returns", 1))
         data, top, nested = pack_args(args, kwargs)
         task_id = client.ids.task_id()
         task = Task(task_id, exported.fn_id, exported.blob, name, data, top,
                     [r.id for r in nested], num_returns, key, res, strategy, retries,
-                    retry_exc, env)
+                    retry_exc, env, labels=labels)
         refs = client.make_refs(task_id, num_returns)
         client.tasks.submit(task)
         if num_returns == 1:

@@ -257,7 +257,7 @@ class Node:
         try:
             strategy = decode_strategy(msg.strategy)
             req = Request(lease.lease_id, "task", msg.resources or {"CPU": 1.0},
-                          strategy=strategy, name=msg.name, hops=hops)
+                          strategy=strategy, labels=msg.labels, name=msg.name, hops=hops)
             decisions = self.scheduler.submit(req)
         except Exception as exc:  # bad resources, unknown node: fail the request clearly
             self.leases.pop(lease.lease_id, None)

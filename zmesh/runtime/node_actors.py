@@ -120,8 +120,8 @@ class ActorManager:
         try:
             req = Request(spec.actor_id, "actor", spec.resources or None,
                           placement_resources=spec.placement or None,
-                          strategy=decode_strategy(spec.strategy), name=spec.class_name,
-                          hops=entry.hops)
+                          strategy=decode_strategy(spec.strategy), labels=spec.labels,
+                          name=spec.class_name, hops=entry.hops)
             decisions = self.node.scheduler.submit(req)
         except Exception as exc:
             self._set_state(entry, "dead", reason=f"it cannot be scheduled: {exc}")

@@ -46,6 +46,7 @@ class Task:
     retry_exceptions: Any
     env_vars: dict[str, str]
     attempt: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
     ref_values: list[m.Value | None] = field(default_factory=list)
     unresolved: int = 0
     lease: Lease | None = None
@@ -72,6 +73,7 @@ class KeyQueue:
     resources: dict[str, float]
     strategy: bytes
     name: str
+    labels: dict[str, str]
     ready: deque[Task] = field(default_factory=deque)
     leases: list[Lease] = field(default_factory=list)
     requesting: int = 0
@@ -158,7 +160,8 @@ class TaskSubmitter:
     def _enqueue(self, task: Task) -> None:
         q = self.queues.get(task.key)
         if q is None:
-            q = self.queues[task.key] = KeyQueue(task.resources, task.strategy, task.name)
+            q = self.queues[task.key] = KeyQueue(task.resources, task.strategy, task.name,
+                                                       task.labels)
         q.ready.append(task)
         self._pump(q)
 
@@ -177,7 +180,7 @@ class TaskSubmitter:
             q.requesting += 1
             self.client.loop.send(self.client.node_address, m.RequestLease(
                 request_id=rid, owner=self.client.address, resources=q.resources,
-                name=q.name, strategy=q.strategy))
+                name=q.name, strategy=q.strategy, labels=q.labels))
 
     def _send(self, lease: Lease, task: Task) -> None:
         if task.cancelled:

@@ -72,6 +72,7 @@ class RequestLease(Message, tag=23):
     resources: dict[str, float]
     name: str
     strategy: bytes = b""
+    labels: dict[str, str] = {}  # the node's labels must match these exactly
 
 
 class LeaseGranted(Message, tag=24):
@@ -124,6 +125,7 @@ class CreateActor(Message, tag=28):
     fn_blob: bytes = b""
     gpu_ids: list[int] = []
     restarts: int = 0
+    labels: dict[str, str] = {}  # the node's labels must match these exactly
 
 
 class ActorState(Message, tag=29):
