@@ -20,10 +20,61 @@ def session_root() -> str:
     return root
 
 
+def sweep_dead_sessions(root: str, *, min_age_s: float = 30.0) -> list[str]:
+    """Remove session directories nobody uses any more: no live node in their node.json and
+    only sockets nobody listens on (a driver killed with -9 leaves its socket behind)."""
+    import socket
+    import time
+
+    from zmesh.store.sweep import pid_alive
+
+    removed = []
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        try:
+            if not name.startswith("session-") or time.time() - os.stat(path).st_mtime < min_age_s:
+                continue
+            entries = os.listdir(path)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(path, "node.json")) as f:
+                if pid_alive(int(json.load(f)["pid"])):
+                    continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        live = False
+        for entry in entries:
+            if entry == "node.json":
+                continue
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(os.path.join(path, entry))
+                live = True
+            except OSError:
+                pass
+            finally:
+                probe.close()
+        if live:
+            continue
+        for entry in entries:
+            try:
+                os.unlink(os.path.join(path, entry))
+            except OSError:
+                pass
+        try:
+            os.rmdir(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
 def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
                object_store_memory: int, env_vars: dict[str, str] | None = None
                ) -> tuple[subprocess.Popen[bytes], str, str]:
     """Start a node process; returns (process, node address, session dir) once it is bound."""
+    sweep_dead_sessions(session_root())
     session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
     env = dict(os.environ)
     env.update(env_vars or {})

@@ -149,3 +149,33 @@ def test_a_starting_node_sweeps_the_store_directory_of_a_dead_node(no_zmesh_leak
                 for name in os.listdir(path):
                     os.unlink(os.path.join(path, name))
                 os.rmdir(path)
+
+
+def test_a_starting_driver_sweeps_session_dirs_left_by_dead_processes(tmp_path):
+    import os
+    import socket
+    import time
+
+    from zmesh.runtime.launcher import sweep_dead_sessions
+
+    root = tmp_path
+    dead = root / "session-dead"
+    dead.mkdir()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(dead / "driver-1.sock"))  # bound, then closed: nobody listens any more
+    stale.close()
+    live = root / "session-live"
+    live.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(live / "driver-2.sock"))
+    listener.listen(1)
+    young = root / "session-young"
+    young.mkdir()
+    old = time.time() - 3600
+    for d in (dead, live):
+        os.utime(d, (old, old))
+    try:
+        assert sweep_dead_sessions(str(root)) == [str(dead)]
+        assert not dead.exists() and live.exists() and young.exists()
+    finally:
+        listener.close()
