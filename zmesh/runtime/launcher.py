@@ -20,6 +20,17 @@ def session_root() -> str:
     return root
 
 
+def new_session_dir() -> str:
+    """A fresh session directory under the session root (which the last node out removes, so
+    it may vanish between creating it and using it: try again)."""
+    for _ in range(3):
+        try:
+            return tempfile.mkdtemp(prefix="session-", dir=session_root())
+        except FileNotFoundError:
+            continue
+    return tempfile.mkdtemp(prefix="session-", dir=session_root())
+
+
 def sweep_dead_sessions(root: str, *, min_age_s: float = 30.0) -> list[str]:
     """Remove session directories nobody uses any more: no live node in their node.json and
     only sockets nobody listens on (a driver killed with -9 leaves its socket behind)."""
@@ -75,7 +86,7 @@ def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
                ) -> tuple[subprocess.Popen[bytes], str, str]:
     """Start a node process; returns (process, node address, session dir) once it is bound."""
     sweep_dead_sessions(session_root())
-    session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
+    session_dir = new_session_dir()
     env = dict(os.environ)
     env.update(env_vars or {})
     env["ZMESH_LAZY_IMPORT"] = "1"  # the node needs its internals only: it starts faster
@@ -108,6 +119,7 @@ def stop_node(proc: subprocess.Popen[bytes], session_dir: str, timeout: float = 
         for name in os.listdir(session_dir):
             os.unlink(os.path.join(session_dir, name))
         os.rmdir(session_dir)
+        os.rmdir(os.path.dirname(session_dir))  # the last one out takes the shared root
     except OSError:
         pass
 

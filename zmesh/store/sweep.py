@@ -56,8 +56,16 @@ def create_node_store_dir(root: str, node_id: str) -> str:
         raise ValueError(
             f"node id {node_id!r} cannot name a store directory: use letters, digits, '_', '.', '-'"
         )
-    path = os.path.join(ensure_store_root(root), node_id)
-    os.mkdir(path, mode=0o700)
+    path = os.path.join(root, node_id)
+    for _ in range(3):  # another node may remove the (empty) root between our two calls
+        ensure_store_root(root)
+        try:
+            os.mkdir(path, mode=0o700)
+            break
+        except FileNotFoundError:
+            continue
+    else:
+        os.mkdir(path, mode=0o700)
     pid = os.getpid()
     tmp = os.path.join(path, f".{OWNER_FILE}.tmp")
     with open(tmp, "w") as f:
@@ -70,6 +78,10 @@ def remove_node_store_dir(path: str) -> None:
     """Remove a node's store directory and the spill directory it recorded."""
     _remove_recorded_spill_dir(path)
     shutil.rmtree(path, ignore_errors=True)
+    try:  # the last node out takes the shared root with it
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass
 
 
 def sweep_dead_stores(root: str | None = None) -> list[str]:

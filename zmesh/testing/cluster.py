@@ -22,13 +22,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from zmesh.errors import ZmeshError
-from zmesh.runtime.launcher import session_root
+from zmesh.runtime.launcher import new_session_dir
 from zmesh.runtime.node_query import NodeQuerier
 from zmesh.store.sweep import default_store_root, pid_alive
 
@@ -106,7 +105,7 @@ class Cluster:
         if unknown:
             raise TypeError(f"add_node() got unknown node arguments {sorted(unknown)}; "
                             f"it takes {sorted(known)}")
-        session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
+        session_dir = new_session_dir()
         cmd = [sys.executable, "-m", "zmesh.runtime.node_main", "--session-dir", session_dir,
                "--num-cpus", str(float(node_args.get("num_cpus", 1))),
                "--num-gpus", str(float(node_args.get("num_gpus", 0))),
