@@ -11,7 +11,6 @@ import cloudpickle
 from zmesh.options import TASK_OPTIONS, check_options, env_vars_of, labels_of, resources_of
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
-from zmesh.runtime.ids import IdGen
 from zmesh.runtime.strategies import encode_strategy
 from zmesh.runtime.submit import Task
 
@@ -117,6 +116,3 @@ def _retry_spec(value: Any) -> Any:
     raise TypeError(f"retry_exceptions must be a bool or a list of exception classes, "
                     f"got {value!r}")
 
-
-def make_object_ids(task_id: bytes, n: int) -> list[bytes]:
-    return [IdGen.object_id(task_id, i) for i in range(max(n, 1))]

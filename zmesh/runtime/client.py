@@ -415,7 +415,6 @@ class CoreClient:
             self.objects.remove_submitted(entry.contained)
         for inner in entry.held:
             self.objects.decref(inner)
-        self.tasks.forget_returns(object_id)
 
     def hold_returned(self, sender: str, return_ids: list[bytes], contained: list[bytes]) -> None:
         """The returns hold objects of `sender`: borrow them while the returns live (loop)."""

@@ -21,7 +21,6 @@ from zmesh.core.scheduling import (
 )
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.placement import ReleaseBundles
-from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node_names import ActorDirectory
 from zmesh.runtime.strategies import decode_strategy
@@ -405,6 +404,3 @@ class ActorManager:
                     for e in self.actors.values()}
         raise KeyError(f"unknown query {what!r}")
 
-
-def error_bytes(exc: BaseException) -> bytes:
-    return values.encode_error(exc).data

@@ -376,9 +376,6 @@ class TaskSubmitter:
             return
         self.client.loop.send(task.lease.worker, m.CancelTask(task_id=task_id, force=force))
 
-    def forget_returns(self, object_id: bytes) -> None:
-        """Nobody holds a return of this task any more (the task still runs to completion)."""
-
     def pending_reason(self, task_id: bytes) -> str:
         task = self.tasks.get(task_id)
         if task is None or task.lease is not None:

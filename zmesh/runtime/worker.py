@@ -28,8 +28,7 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
     if capture:
         logs.capture_output(lambda prefix, lines, err: client.loop.send_threadsafe(
             node_address, m.LogLines(prefix=prefix, lines=lines, stderr=err)))
-    stop = _Stop()
-    client.loop.on(m.Shutdown, lambda s, msg, b: stop.set(client))
+    client.loop.on(m.Shutdown, lambda s, msg, b: client.loop.stop())
     executor.start()
     client.loop.thread = None
     client.loop.send(node_address, m.RegisterClient(
@@ -53,8 +52,3 @@ def _registered(client: CoreClient, msg: m.ClientRegistered) -> None:
     client.job_id = msg.job_id
     if client.mapper is None:
         client.mapper = StoreMapper(msg.store_dir)
-
-
-class _Stop:
-    def set(self, client: CoreClient) -> None:
-        client.loop.stop()
