@@ -68,3 +68,13 @@ def test_only_accepts_workload_and_metric_names_in_suite_order():
     bench = cli._load_microbenchmark()
     assert bench.resolve_only("put_small,tasks_sync") == ["tasks_sync", "put_get_small"]
     assert bench.resolve_only(None) == bench.ORDER
+
+
+def test_node_refuses_a_public_address_without_insecure():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "zmesh", "node", "--host", "192.0.2.1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--insecure" in proc.stderr and "192.0.2.1" in proc.stderr

@@ -40,11 +40,21 @@ def add_node_command(subparsers: Sub) -> None:
     p.add_argument("--resources", default="{}", metavar="JSON", help='e.g. \'{"disk": 2}\'')
     p.add_argument("--object-store-memory", type=int, default=0, metavar="BYTES")
     p.add_argument("--labels", default="{}", metavar="JSON", help='e.g. \'{"zone": "a"}\'')
+    p.add_argument("--insecure", action="store_true",
+                   help="allow listening on a non-loopback address: the mesh has no "
+                        "authentication yet, and it carries pickles (code runs on load)")
     p.set_defaults(handler=run_node)
 
 
 def run_node(args: argparse.Namespace) -> int:
     from zmesh.runtime import node
+
+    if not node.is_loopback(args.host) and not args.insecure:
+        print(f"zmesh node: refusing to listen on {args.host}: the mesh has no authentication "
+              "yet and its messages carry pickles, so anyone who reaches the port can run code "
+              "here. Use a trusted network and pass --insecure to do it anyway.",
+              file=sys.stderr)
+        return 2
 
     session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
     argv = ["--session-dir", session_dir, "--num-cpus", str(args.num_cpus),

@@ -486,10 +486,15 @@ class Node:
         return out
 
 
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach."""
+    return host in ("127.0.0.1", "localhost", "::1", "") or host.startswith("127.")
+
+
 def _worker_bind_env(host: str) -> dict[str, str]:
     """Workers of a node on a real interface bind tcp there, so owners on other machines can
     reach them; on loopback they keep the faster ipc sockets."""
-    if host in ("127.0.0.1", "localhost", "::1", ""):
+    if is_loopback(host):
         return {}
     return {"ZMESH_WORKER_BIND": f"tcp://{host}:0"}
 
