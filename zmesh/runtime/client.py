@@ -38,6 +38,7 @@ from zmesh.transports import open_endpoint
 logger = logging.getLogger(__name__)
 
 _REQUEST_REPLIES = (m.AllocReply, m.NamedActorReply, m.QueryReply)
+OWNER_DEATH_WAIT_S = 4.0  # how long a failed read waits to learn whether the owner's node died
 
 
 class CoreClient:
@@ -72,6 +73,8 @@ class CoreClient:
         self.mapper: StoreMapper | None = None
         self.node_id = ""
         self._map_lock = threading.Lock()
+        self._deaths = threading.Condition()  # NodeDied news, for readers of borrowed copies
+        self._dead_nodes: list[tuple[str, str, str]] = []  # (address, ipc prefix, why)
         self._local = threading.local()
         self._requests: dict[int, Future[Any]] = {}
         self._request_ids = itertools.count(1)
@@ -254,14 +257,41 @@ class CoreClient:
         for ref, v in zip(refs, vals):
             try:
                 obj = values.decode(v, self.read)
-            except ObjectLostError:
+            except ObjectLostError as exc:
                 rebuilt = self._rebuild_value(ref, deadline)
                 if rebuilt is None:
+                    self._raise_if_owner_died(ref, exc)
                     raise
                 v = rebuilt
                 obj = values.decode(v, self.read)
             out.append(values.raise_if_error(v, obj))
         return out
+
+    def _raise_if_owner_died(self, ref: ObjectRef, exc: ObjectLostError) -> None:
+        """A borrowed copy that cannot be read, whose owner lived on another node: give the
+        mesh the few seconds it takes to declare that node dead, and say so if it was."""
+        entry = self.objects.entries.get(ref.id)
+        if entry is None or entry.owned or isinstance(exc, OwnerDiedError):
+            return
+        local = f"ipc://{self.session_dir}/"
+        if entry.owner.startswith(local):
+            return  # the owner shares our node, which is alive
+        deadline = time.monotonic() + OWNER_DEATH_WAIT_S
+        with self._deaths:
+            while True:
+                why = self._owner_death(entry.owner)
+                if why:
+                    raise OwnerDiedError(f"{ref!r} is lost: {why}") from exc
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._deaths.wait(left)
+
+    def _owner_death(self, owner: str) -> str:
+        for address, prefix, why in self._dead_nodes:
+            if owner == address or (prefix and owner.startswith(prefix)):
+                return why
+        return ""
 
     def _rebuild_value(self, ref: ObjectRef, deadline: float | None) -> m.Value | None:
         """A new value for a ref whose stored copy was lost, made again by re-running the task
@@ -393,6 +423,10 @@ class CoreClient:
         # Owners are known by address only: the ones that lived on that node are the node
         # itself and the processes with ipc sockets in its directory.
         prefix = f"ipc://{msg.ipc_dir}/" if msg.ipc_dir else None
+        why = f"its owner lived on node {msg.node_id}, which {msg.why}"
+        with self._deaths:
+            self._dead_nodes.append((msg.address, prefix or "", why))
+            self._deaths.notify_all()
         err = values.encode_error(OwnerDiedError(
             f"the owner of this object lived on node {msg.node_id}, which {msg.why}"))
         for oid, entry in list(self.objects.entries.items()):
