@@ -39,6 +39,9 @@ class EventLoop:
         self._sleeping = False
         self._stopping = False
         self.thread: threading.Thread | None = None
+        # Fault injection (zmesh.testing.Cluster.cut): peers whose messages are dropped both
+        # ways, as if the link to them were cut.
+        self.blocked: frozenset[str] = frozenset()
 
     # -- registration ----------------------------------------------------------------------
     def on(self, msg_type: type[Message], handler: Handler) -> None:
@@ -58,6 +61,8 @@ class EventLoop:
 
     def send(self, to: str, msg: Message, buffers: Sequence[Any] = ()) -> bool:
         """Send a message (loop thread only); False, logged, when the peer cannot be reached."""
+        if self.blocked and to in self.blocked:
+            return False
         try:
             self.endpoint.send(to, codec.pack(msg, buffers) if buffers else [codec.encode(msg)])
             return True
@@ -71,6 +76,8 @@ class EventLoop:
         self.call_soon(self._send_frames, to, [frame])
 
     def _send_frames(self, to: str, frames: list[Any]) -> None:
+        if self.blocked and to in self.blocked:
+            return
         try:
             self.endpoint.send(to, frames)
         except TransportError as exc:
@@ -131,6 +138,8 @@ class EventLoop:
                     return
 
     def _dispatch(self, sender: str, frames: list[Any]) -> None:
+        if self.blocked and sender in self.blocked:
+            return
         unpacked = codec.safe_unpack(frames, sender=sender, log=logger)
         if unpacked is None:
             return

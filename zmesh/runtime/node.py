@@ -460,6 +460,9 @@ class Node:
         if what == "pending":
             return [{"name": p.name, "kind": p.kind, "reason": p.reason,
                      "infeasible": p.infeasible} for p in self.scheduler.pending()]
+        if what == "block":  # fault injection: cut the links to these nodes (both ways)
+            self.loop.blocked = frozenset(msgspec.msgpack.decode(arg))
+            return sorted(self.loop.blocked)
         if what == "leases":
             return [{"lease_id": le.lease_id.hex(), "name": le.name, "owner": le.owner,
                      "state": "granted" if le.worker is not None else

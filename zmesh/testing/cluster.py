@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,7 @@ class Cluster:
         self.worker_nodes: set[ClusterNode] = set()
         self._removed: list[ClusterNode] = []
         self._querier: NodeQuerier | None = None
+        self._blocked: dict[str, set[str]] = {}  # node address -> addresses cut from it
         if shutdown_at_exit:
             atexit.register(self.shutdown)
         if initialize_head:
@@ -173,6 +175,31 @@ class Cluster:
         self.worker_nodes.discard(node)
         self._removed.append(node)
         _remove_files(node)
+
+    # -- faults ----------------------------------------------------------------------------
+    def cut(self, side_a: Iterable[ClusterNode], side_b: Iterable[ClusterNode]) -> None:
+        """Cut the links between two sets of nodes, both ways: every node drops what it would
+        send to, or receives from, a node on the other side (as a network partition would)."""
+        side_a, side_b = list(side_a), list(side_b)
+        for here, there in ((side_a, side_b), (side_b, side_a)):
+            for node in here:
+                self._blocked.setdefault(node.address, set()).update(
+                    f"tcp://{n.address}" for n in there)
+                self._send_blocked(node)
+
+    def heal(self) -> None:
+        """Restore every link cut with `cut`."""
+        for node in self.list_all_nodes():
+            if self._blocked.pop(node.address, None) and node.alive():
+                self._send_blocked(node)
+
+    def _send_blocked(self, node: ClusterNode) -> None:
+        import msgspec
+
+        if self._querier is None:
+            self._querier = NodeQuerier()
+        arg = msgspec.msgpack.encode(sorted(self._blocked.get(node.address, set())))
+        self._querier.query(node.address, "block", arg)
 
     # -- views -----------------------------------------------------------------------------
     def query(self, node: ClusterNode, what: str, timeout: float = 5.0) -> Any:
