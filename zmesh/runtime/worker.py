@@ -14,6 +14,8 @@ from zmesh.runtime import context, logs
 from zmesh.runtime.client import CoreClient
 from zmesh.runtime.executor import Executor
 
+PARENT_CHECK_S = 1.0
+
 
 def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = True) -> None:
     """Serve tasks and actor calls until the node tells us to stop or disappears."""
@@ -40,6 +42,15 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
         _registered(client, m.ClientRegistered(
             node_id=os.environ["ZMESH_NODE_ID"], node_address=node_address,
             store_dir=os.environ["ZMESH_STORE_DIR"], job_id=os.environ.get("ZMESH_JOB_ID", "")))
+    parent = os.getppid()
+
+    def check_parent() -> None:  # backstop for the parent-death signal: never outlive the node
+        if os.getppid() != parent:
+            client.loop.stop()
+        else:
+            client.loop.call_later(PARENT_CHECK_S, check_parent)
+
+    client.loop.call_later(PARENT_CHECK_S, check_parent)
     client.loop.run()  # the loop runs on the main thread; exits on Shutdown
     sys.stdout.flush()
     os._exit(0)

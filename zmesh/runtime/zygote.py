@@ -126,6 +126,7 @@ def _reap(sock: socket.socket, children: set[int]) -> None:
 
 def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_address: str,
            session_dir: str) -> int:
+    me = os.getpid()
     pid = os.fork()
     if pid:
         return pid
@@ -137,6 +138,8 @@ def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_ad
         os.close(rfd)
         os.close(wfd)
         set_parent_death_signal()
+        if os.getppid() != me:  # the fork server died before the signal was armed
+            os._exit(1)
         os.environ.update(rec.get("env") or {})
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()

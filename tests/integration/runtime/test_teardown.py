@@ -179,3 +179,27 @@ def test_a_starting_driver_sweeps_session_dirs_left_by_dead_processes(tmp_path):
         assert not dead.exists() and live.exists() and young.exists()
     finally:
         listener.close()
+
+
+def test_workers_never_outlive_their_fork_server(no_zmesh_leaks):
+    import os
+    import signal
+
+    import psutil
+    from runtime_fixtures import wait_until
+
+    import zmesh
+
+    zmesh.init(num_cpus=2)
+
+    @zmesh.remote
+    def pid():
+        return os.getpid()
+
+    worker = psutil.Process(zmesh.get(pid.remote()))
+    fork_server = worker.parent()
+    assert fork_server is not None
+    os.kill(fork_server.pid, signal.SIGKILL)
+    assert wait_until(lambda: not worker.is_running() or
+                      worker.status() == psutil.STATUS_ZOMBIE, timeout=10)
+    zmesh.shutdown()
