@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "ZERO_COPY_THRESHOLD",
     "ZmqEndpoint",
+    "ipc_socket_in_use",
     "open_zmq_endpoint",
 ]
 
@@ -47,6 +48,18 @@ _RCVTIMEO = zmq.RCVTIMEO
 _send: Callable[..., Any] = zmq.backend.Socket.send
 _recv: Callable[..., Any] = zmq.backend.Socket.recv
 _setsockopt: Callable[..., Any] = zmq.backend.Socket.set
+
+
+def ipc_socket_in_use(path: str) -> bool:
+    """True when a process accepts connections on the unix socket at `path`."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 class _SharedContext:
@@ -177,18 +190,23 @@ class ZmqEndpoint(Endpoint):
         if curve_secret is not None:
             router.curve_server = True
             router.curve_secretkey = curve_secret
+        self._bind_at(router, address)
+        if address.startswith("ipc://"):
+            self._ipc_path = router.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :]
+        return router
+
+    @classmethod
+    def _bind_at(cls, router: zmq.Socket[bytes], address: str) -> None:
+        """Bind `router` at `address` (tcp port 0: any free port; ipc: checked first)."""
         target = address
         if address.startswith("tcp://") and address.endswith(":0"):
             target = address[:-2] + ":*"
         elif address.startswith("ipc://"):
-            self._check_ipc_path(address[len("ipc://") :])
+            cls._check_ipc_path(address[len("ipc://") :])
         try:
             router.bind(target)
         except zmq.ZMQError as exc:
             raise TransportError(f"cannot bind {address!r}: {exc}") from exc
-        if address.startswith("ipc://"):
-            self._ipc_path = router.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :]
-        return router
 
     @staticmethod
     def _check_ipc_path(path: str) -> None:
@@ -206,13 +224,8 @@ class ZmqEndpoint(Endpoint):
         if not stat.S_ISSOCK(mode):
             raise TransportError(f"cannot bind ipc path {path!r}: it exists and is not a socket")
         # libzmq silently unlinks a stale socket file; make sure nobody is still serving on it.
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(path)
-        except OSError:
+        if not ipc_socket_in_use(path):
             return
-        finally:
-            probe.close()
         raise TransportError(f"cannot bind {'ipc://' + path!r}: another process is serving on it")
 
     def _bound_address(self, requested: str) -> str:
@@ -230,15 +243,7 @@ class ZmqEndpoint(Endpoint):
             raise TransportError(f"endpoint {self.address!r} is closed; cannot bind {address!r}")
         if not address.startswith(("tcp://", "ipc://")):
             raise TransportError(f"bind_also takes a tcp:// or ipc:// address, got {address!r}")
-        target = address
-        if address.startswith("tcp://") and address.endswith(":0"):
-            target = address[:-2] + ":*"
-        elif address.startswith("ipc://"):
-            self._check_ipc_path(address[len("ipc://") :])
-        try:
-            self._router.bind(target)
-        except zmq.ZMQError as exc:
-            raise TransportError(f"cannot bind {address!r}: {exc}") from exc
+        self._bind_at(self._router, address)
         bound = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         if bound.startswith("ipc://"):
             self._extra_ipc_paths.append(bound[len("ipc://") :])

@@ -99,7 +99,8 @@ class CoreClient:
                 lambda s, msg, b: self.objects.remove_borrower(msg.object_ids, msg.borrower))
         loop.on(m.LogLines, self._on_log_lines)
         loop.on(m.DriverWarning, self._on_warning)
-        loop.on(m.Shutdown, lambda s, msg, b: self._on_node_shutdown(msg))
+        # the node says it stops; what it ran fails through the usual death reports
+        loop.on(m.Shutdown, lambda s, msg, b: None)
         loop.on(m.PlacementGroupState, self._on_pg_state)
         loop.on(m.NodeDied, self._on_node_died)
         self.tasks.register(loop)
@@ -125,9 +126,6 @@ class CoreClient:
     def _on_registered(self, sender: str, msg: m.ClientRegistered, bufs: list[Any]) -> None:
         if not self._registered.done():
             self._registered.set_result(msg)
-
-    def _on_node_shutdown(self, msg: m.Shutdown) -> None:
-        self.node_gone = True
 
     def close(self) -> None:
         """Stop the loop and close the socket; refs dropped afterwards are ignored."""
@@ -411,13 +409,6 @@ class CoreClient:
 
     def _on_object_value(self, sender: str, msg: m.ObjectValue, bufs: list[Any]) -> None:
         self.objects.set_value(msg.object_id, msg.value)
-
-    def owner_died(self, owner: str) -> None:
-        """Fail every borrowed object of a dead owner (loop thread)."""
-        err = values.encode_error(OwnerDiedError(f"the owner {owner} of this object died"))
-        for oid, entry in list(self.objects.entries.items()):
-            if not entry.owned and entry.owner == owner:
-                self.objects.set_value(oid, err)
 
     def _on_node_died(self, sender: str, msg: m.NodeDied, bufs: list[Any]) -> None:
         # Owners are known by address only: the ones that lived on that node are the node

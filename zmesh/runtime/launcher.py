@@ -34,10 +34,10 @@ def new_session_dir() -> str:
 def sweep_dead_sessions(root: str, *, min_age_s: float = 30.0) -> list[str]:
     """Remove session directories nobody uses any more: no live node in their node.json and
     only sockets nobody listens on (a driver killed with -9 leaves its socket behind)."""
-    import socket
     import time
 
     from zmesh.store.sweep import pid_alive
+    from zmesh.transports.zmq_transport import ipc_socket_in_use
 
     removed = []
     for name in os.listdir(root):
@@ -54,19 +54,7 @@ def sweep_dead_sessions(root: str, *, min_age_s: float = 30.0) -> list[str]:
                     continue
         except (OSError, ValueError, KeyError, TypeError):
             pass
-        live = False
-        for entry in entries:
-            if entry == "node.json":
-                continue
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(os.path.join(path, entry))
-                live = True
-            except OSError:
-                pass
-            finally:
-                probe.close()
-        if live:
+        if any(ipc_socket_in_use(os.path.join(path, e)) for e in entries if e != "node.json"):
             continue
         for entry in entries:
             try:
