@@ -29,7 +29,7 @@ import numpy as np
 import zmq
 
 from zmesh.runtime.loop import EventLoop
-from zmesh.runtime.object_transfer import ObjectTransfer
+from zmesh.runtime.node.object_transfer import ObjectTransfer
 from zmesh.store.mapping import StoreMapper
 from zmesh.store.object_store import ObjectStore
 from zmesh.transports import open_endpoint

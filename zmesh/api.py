@@ -15,7 +15,7 @@ from zmesh.object_ref import ObjectRef
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import RemoteFunction
 from zmesh.runtime import context
-from zmesh.runtime.client import CoreClient
+from zmesh.runtime.owner.client import CoreClient
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}

@@ -11,8 +11,8 @@ import cloudpickle
 from zmesh.options import TASK_OPTIONS, check_options, env_vars_of, labels_of, resources_of
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
+from zmesh.runtime.owner.submit import Task
 from zmesh.runtime.strategies import encode_strategy
-from zmesh.runtime.submit import Task
 
 R = TypeVar("R")
 

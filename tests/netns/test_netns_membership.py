@@ -20,7 +20,7 @@ import pytest
 from runtime_fixtures import wait_until
 
 from zmesh.runtime.launcher import session_root
-from zmesh.runtime.node_query import NodeQuerier
+from zmesh.runtime.node.query import NodeQuerier
 from zmesh.store.sweep import default_store_root
 
 SUBNET = "10.231.{}.{}"
@@ -101,7 +101,7 @@ def querier() -> Iterator[NodeQuerier]:
 
 def start_node(ns: str, host: str, join: str | None = None) -> NsNode:
     session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
-    cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "zmesh.runtime.node",
+    cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "zmesh.runtime.node.server",
            "--session-dir", session_dir, "--num-cpus", "1", "--host", host,
            "--object-store-memory", str(64 << 20), "--parent-pid", str(os.getpid())]
     if join:

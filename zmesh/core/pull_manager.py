@@ -2,7 +2,7 @@
 
 A node that needs an object held elsewhere pulls it in chunks. `PullManager` decides what
 to request from whom and when a pull is complete or failed; the I/O shell
-(`zmesh.runtime.object_transfer`) allocates the store region, sends the requests and
+(`zmesh.runtime.node.object_transfer`) allocates the store region, sends the requests and
 writes the chunks. Flow control: at most `window` chunks outstanding per transfer and
 `max_outstanding` over all transfers, handed out round-robin, so one large pull cannot
 starve the others and received-but-unwritten chunks stay bounded. Concurrent pulls of one

@@ -78,7 +78,7 @@ def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
     env = dict(os.environ)
     env.update(env_vars or {})
     env["ZMESH_LAZY_IMPORT"] = "1"  # the node needs its internals only: it starts faster
-    cmd = [sys.executable, "-m", "zmesh.runtime.node_main", "--session-dir", session_dir,
+    cmd = [sys.executable, "-m", "zmesh.runtime.node.main", "--session-dir", session_dir,
            "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus),
            "--resources", json.dumps(resources), "--object-store-memory",
            str(object_store_memory), "--parent-pid", str(os.getpid())]

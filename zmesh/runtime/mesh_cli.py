@@ -19,7 +19,7 @@ from typing import Any
 
 from zmesh.errors import ZmeshError
 from zmesh.runtime.launcher import running_nodes, session_root
-from zmesh.runtime.node_query import NodeQuerier
+from zmesh.runtime.node.query import NodeQuerier
 from zmesh.store.sweep import pid_alive
 
 Sub = Any  # argparse._SubParsersAction
@@ -47,7 +47,7 @@ def add_node_command(subparsers: Sub) -> None:
 
 
 def run_node(args: argparse.Namespace) -> int:
-    from zmesh.runtime import node
+    from zmesh.runtime.node import server as node
 
     if not node.is_loopback(args.host) and not args.insecure:
         print(f"zmesh node: refusing to listen on {args.host}: the mesh has no authentication "

@@ -29,7 +29,7 @@ from typing import Any
 
 from zmesh.errors import ZmeshError
 from zmesh.runtime.launcher import new_session_dir
-from zmesh.runtime.node_query import NodeQuerier
+from zmesh.runtime.node.query import NodeQuerier
 from zmesh.store.sweep import default_store_root, pid_alive
 
 __all__ = ["Cluster", "ClusterNode"]
@@ -108,7 +108,7 @@ class Cluster:
             raise TypeError(f"add_node() got unknown node arguments {sorted(unknown)}; "
                             f"it takes {sorted(known)}")
         session_dir = new_session_dir()
-        cmd = [sys.executable, "-m", "zmesh.runtime.node_main", "--session-dir", session_dir,
+        cmd = [sys.executable, "-m", "zmesh.runtime.node.main", "--session-dir", session_dir,
                "--num-cpus", str(float(node_args.get("num_cpus", 1))),
                "--num-gpus", str(float(node_args.get("num_gpus", 0))),
                "--resources", json.dumps(node_args.get("resources") or {}),

@@ -6,8 +6,8 @@ import gc
 import threading
 
 from zmesh.object_ref import ObjectRef
-from zmesh.runtime import objects as objects_module
-from zmesh.runtime.objects import ObjectTable
+from zmesh.runtime.owner import objects as objects_module
+from zmesh.runtime.owner.objects import ObjectTable
 
 
 class _Client:

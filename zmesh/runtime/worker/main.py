@@ -10,9 +10,10 @@ import os
 import sys
 
 from zmesh.protocol.messages import runtime as m
-from zmesh.runtime import context, logs
-from zmesh.runtime.client import CoreClient
-from zmesh.runtime.executor import Executor
+from zmesh.runtime import context
+from zmesh.runtime.owner.client import CoreClient
+from zmesh.runtime.worker import logs
+from zmesh.runtime.worker.executor import Executor
 
 PARENT_CHECK_S = 1.0
 

@@ -26,7 +26,7 @@ from zmesh.core.scheduling import (
 from zmesh.protocol.messages import placement as p
 
 if TYPE_CHECKING:
-    from zmesh.runtime.node import Node
+    from zmesh.runtime.node.server import Node
 
 logger = logging.getLogger("zmesh.node")
 

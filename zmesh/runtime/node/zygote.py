@@ -59,7 +59,7 @@ class RecordReader:
 def main(fd: int, node_address: str, session_dir: str) -> None:
     set_parent_death_signal()
     # pre-import what every worker needs, so a fork starts warm
-    import zmesh.runtime.worker  # noqa: F401
+    import zmesh.runtime.worker.main  # noqa: F401
 
     try:
         import numpy  # noqa: F401
@@ -143,7 +143,7 @@ def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_ad
         os.environ.update(rec.get("env") or {})
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
-        from zmesh.runtime import worker
+        from zmesh.runtime.worker import main as worker
 
         worker.main(node_address, session_dir, bytes(rec["id"]))
     except BaseException:

@@ -32,8 +32,8 @@ from zmesh.core.pull_manager import (
 from zmesh.errors import ObjectLostError
 from zmesh.protocol.messages.runtime import FreeObjects
 from zmesh.protocol.messages.transfer import Chunk, ChunkRequest, PullDone, PullFailed
-from zmesh.runtime.chunk_server import ChunkServer
 from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.node.chunk_server import ChunkServer
 from zmesh.store.mapping import StoreMapper
 from zmesh.store.object_store import ObjectStore
 

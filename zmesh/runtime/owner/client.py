@@ -27,11 +27,11 @@ from zmesh.object_ref import ObjectRef
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
-from zmesh.runtime.actor_calls import ActorCaller
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
-from zmesh.runtime.objects import ObjectEntry, ObjectTable
-from zmesh.runtime.submit import TaskSubmitter
+from zmesh.runtime.owner.actor_calls import ActorCaller
+from zmesh.runtime.owner.objects import ObjectEntry, ObjectTable
+from zmesh.runtime.owner.submit import TaskSubmitter
 from zmesh.store.mapping import StoreMapper
 from zmesh.transports import open_endpoint
 

@@ -22,7 +22,7 @@ from zmesh.runtime.loop import EventLoop
 from zmesh.task_error import ActorInitError, TaskError
 
 if TYPE_CHECKING:
-    from zmesh.runtime.client import CoreClient
+    from zmesh.runtime.owner.client import CoreClient
 
 
 @dataclass(eq=False)

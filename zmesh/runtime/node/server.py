@@ -1,7 +1,7 @@
 """The node process: clients, worker leases, the object store, actors and placement groups.
 
 One event loop thread owns the socket; the sans-IO scheduler decides where work runs; the
-worker pool forks workers. Run with `python -m zmesh.runtime.node` (or `zmesh node`).
+worker pool forks workers. Run with `python -m zmesh.runtime.node.server` (or `zmesh node`).
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
-from zmesh.runtime.node_actors import ActorManager
-from zmesh.runtime.node_control import ControlAgent
-from zmesh.runtime.node_forward import Forwarder
-from zmesh.runtime.node_groups import GROUP_DECISIONS, GroupRelay
-from zmesh.runtime.node_mesh import MeshAgent
-from zmesh.runtime.node_objects import NodeObjects
+from zmesh.runtime.node.actors import ActorManager
+from zmesh.runtime.node.control import ControlAgent
+from zmesh.runtime.node.forward import Forwarder
+from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
+from zmesh.runtime.node.mesh import MeshAgent
+from zmesh.runtime.node.objects import NodeObjects
+from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
+from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
 from zmesh.runtime.strategies import decode_strategy
-from zmesh.runtime.worker_pool import WorkerInfo, WorkerPool
-from zmesh.runtime.zygote import describe_status, set_parent_death_signal
 from zmesh.store.object_store import ObjectStore
 from zmesh.store.sweep import (
     create_node_store_dir,
@@ -575,7 +575,7 @@ def _json_arg(flag: str, text: str, kind: type) -> dict[str, Any]:
 
 
 def run_main(argv: list[str] | None = None) -> None:
-    """`python -m zmesh.runtime.node_main ...`: logging set up, then main."""
+    """`python -m zmesh.runtime.node.main ...`: logging set up, then main."""
     logging.basicConfig(level=os.environ.get("ZMESH_LOG_LEVEL", "WARNING"), stream=sys.stderr)
     main(argv)
 

@@ -19,11 +19,11 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.transfer import ChunkRequest
 from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
-from zmesh.runtime.node_mesh import IPC_LABEL
-from zmesh.runtime.object_transfer import ObjectTransfer
+from zmesh.runtime.node.mesh import IPC_LABEL
+from zmesh.runtime.node.object_transfer import ObjectTransfer
 
 if TYPE_CHECKING:
-    from zmesh.runtime.node import Node
+    from zmesh.runtime.node.server import Node
 
 __all__ = ["NodeObjects"]
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmesh.runtime import zygote
-from zmesh.runtime.zygote import RecordReader, write_record
+from zmesh.runtime.node import zygote
+from zmesh.runtime.node.zygote import RecordReader, write_record
 
 _early: tuple[int, socket.socket, str] | None = None
 

@@ -14,10 +14,10 @@ def main() -> None:
     argv = sys.argv[1:]
     if "--session-dir" in argv:
         session_dir = argv[argv.index("--session-dir") + 1]
-        from zmesh.runtime.worker_pool import fork_server_early
+        from zmesh.runtime.node.worker_pool import fork_server_early
 
         fork_server_early(f"ipc://{os.path.join(session_dir, 'node.sock')}", session_dir)
-    from zmesh.runtime import node
+    from zmesh.runtime.node import server as node
 
     node.run_main(argv)
 

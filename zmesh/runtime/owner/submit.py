@@ -19,7 +19,7 @@ from zmesh.runtime.loop import EventLoop
 
 if TYPE_CHECKING:
     from zmesh.object_ref import ObjectRef
-    from zmesh.runtime.client import CoreClient
+    from zmesh.runtime.owner.client import CoreClient
 
 PIPELINE_DEPTH = 4
 PENDING = m.Value()  # an argument the worker resolves itself (it made it, or asks the owner)

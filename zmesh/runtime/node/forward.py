@@ -20,8 +20,8 @@ from zmesh.protocol.messages import placement as p
 from zmesh.protocol.messages import runtime as m
 
 if TYPE_CHECKING:
-    from zmesh.runtime.node import LeaseInfo, Node
-    from zmesh.runtime.node_actors import ActorEntry
+    from zmesh.runtime.node.actors import ActorEntry
+    from zmesh.runtime.node.server import LeaseInfo, Node
 
 logger = logging.getLogger("zmesh.node")
 
@@ -79,7 +79,7 @@ class Forwarder:
 
     # -- taking work from another node -----------------------------------------------------
     def _on_forward_lease(self, sender: str, msg: p.ForwardLease, bufs: list[Any]) -> None:
-        from zmesh.runtime.node import LeaseInfo
+        from zmesh.runtime.node.server import LeaseInfo
 
         req = msg.request
         lease = LeaseInfo(msg.lease_id, req.owner, req.request_id, req.name, request=req,

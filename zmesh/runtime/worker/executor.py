@@ -20,13 +20,14 @@ import cloudpickle
 from zmesh.core.mailbox import Mailbox
 from zmesh.errors import TaskCancelledError
 from zmesh.protocol.messages import runtime as m
-from zmesh.runtime import logs, values
+from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
+from zmesh.runtime.worker import logs
 from zmesh.task_error import capture
 
 if TYPE_CHECKING:
-    from zmesh.runtime.client import CoreClient
+    from zmesh.runtime.owner.client import CoreClient
 
 
 class Executor:

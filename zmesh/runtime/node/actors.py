@@ -22,7 +22,7 @@ from zmesh.core.scheduling import (
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.placement import ReleaseBundles
 from zmesh.runtime.loop import EventLoop
-from zmesh.runtime.node_names import ActorDirectory
+from zmesh.runtime.node.names import ActorDirectory
 from zmesh.runtime.strategies import decode_strategy
 
 # A handle can reach a process (and its SubscribeActor reach us) before the creator's
@@ -31,8 +31,8 @@ from zmesh.runtime.strategies import decode_strategy
 UNKNOWN_ACTOR_GRACE_S = 5.0
 
 if TYPE_CHECKING:
-    from zmesh.runtime.node import Node
-    from zmesh.runtime.worker_pool import WorkerInfo
+    from zmesh.runtime.node.server import Node
+    from zmesh.runtime.node.worker_pool import WorkerInfo
 
 
 @dataclass(eq=False)

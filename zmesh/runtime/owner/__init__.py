@@ -1,0 +1,1 @@
+"""The owner: the core client of drivers and workers (submission, ownership, actor calls)."""
