@@ -1,5 +1,35 @@
-"""zmesh.testing."""
+"""zmesh.testing: local clusters, fault plans, histories and checkers for testing programs.
+
+`fault_plans` needs hypothesis (the `test` extra) and is imported on first use.
+"""
+
+from typing import Any
 
 from zmesh.testing.cluster import Cluster, ClusterNode
+from zmesh.testing.faults import (
+    FaultPlan,
+    FaultPlanError,
+    KillActor,
+    KillNode,
+    KillOwner,
+    KillWorker,
+    LinkFault,
+    Partition,
+    Pause,
+    SlowNode,
+)
+from zmesh.testing.history import History, HistoryViolation, Op, Violation
 
-__all__ = ["Cluster", "ClusterNode"]
+__all__ = [
+    "Cluster", "ClusterNode", "FaultPlan", "FaultPlanError", "History", "HistoryViolation",
+    "KillActor", "KillNode", "KillOwner", "KillWorker", "LinkFault", "Op", "Partition", "Pause",
+    "SlowNode", "Violation", "fault_plans", "fault_steps", "fault_times",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("fault_plans", "fault_steps", "fault_times"):
+        from zmesh.testing import strategies
+
+        return getattr(strategies, name)
+    raise AttributeError(f"module 'zmesh.testing' has no attribute {name!r}")
