@@ -39,6 +39,18 @@ class ActorClass:
     def __reduce__(self) -> Any:
         return (ActorClass, (self._cls, self._options))
 
+    def __getattr__(self, name: str) -> Any:
+        # As in Ray, the class's own attributes (constants, static and class methods) stay
+        # reachable through the decorated class.
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(f"actor class {cls.__name__} has no attribute {name!r}"
+                                 ) from None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor class {self.__name__} cannot be instantiated directly; "
                         f"use {self.__name__}.remote(...)")
@@ -56,8 +68,19 @@ class ActorClass:
         """Start the actor; calls made on the handle queue until it is ready."""
         client = context.current_client()
         opts = self._options
-        name = opts.get("name") or ""
-        namespace = opts.get("namespace") or client.namespace
+        name = opts.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError(f"actor name must be a str, got {name!r}")
+            if not name:
+                raise ValueError("actor name cannot be an empty string")
+        name = name or ""
+        namespace = opts.get("namespace")
+        if namespace is not None:
+            from zmesh.api import validate_namespace
+
+            validate_namespace(namespace)
+        namespace = namespace or client.namespace
         if name:
             found = client.get_named_actor(name, namespace)
             if found is not None:

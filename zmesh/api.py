@@ -36,6 +36,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                                "pass ignore_reinit_error=True")
         from zmesh.options import check_options
 
+        if namespace is not None:
+            validate_namespace(namespace)
         if runtime_env:
             check_options({"runtime_env": runtime_env}, {"runtime_env"}, "init")
         address = address or os.environ.get("ZMESH_ADDRESS") or None
@@ -127,8 +129,11 @@ def remote(*args: Any, **options: Any) -> Any:
     if len(args) == 1 and not options and (inspect.isfunction(args[0]) or
                                            inspect.isclass(args[0]) or callable(args[0])):
         return _make_remote(args[0], {})
-    if args:
-        raise TypeError("@remote takes either a function/class or keyword options")
+    # Ray refuses `@remote()` (empty parentheses) with an AssertionError and this message
+    assert not args and options, (
+        "The @remote decorator must be applied either with no arguments and no parentheses, "
+        "for example '@remote', or it must be applied using some of its options, for "
+        "example '@remote(num_returns=2, resources={\"CustomResource\": 1})'.")
 
     def deco(obj: Any) -> Any:
         return _make_remote(obj, options)
@@ -168,6 +173,12 @@ def wait(refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | No
     if isinstance(refs, ObjectRef):
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
     refs = list(refs)
+    if not refs:
+        return [], []
+    for r in refs:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"wait() expects a list of ObjectRefs, got a {type(r).__name__} "
+                            "in the list")
     if len(set(refs)) != len(refs):
         raise ValueError("wait() got duplicate ObjectRefs")
     if not 0 <= num_returns <= len(refs):
@@ -178,7 +189,8 @@ def wait(refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | No
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """Kill an actor's worker now; with no_restart=False it may restart (max_restarts)."""
     if not isinstance(actor, ActorHandle):
-        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
+        raise ValueError("kill() only supports actor handles (for tasks, use cancel()); "
+                         f"got a {type(actor).__name__}")
     client = context.current_client()
     rec = client.actors.records.get(actor._actor_id)
     if no_restart and rec is not None and rec.state != "dead":
@@ -198,11 +210,25 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> No
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     """The handle of a live named actor; ValueError if there is none."""
+    if not isinstance(name, str):
+        raise TypeError(f"get_actor() needs the actor's name as a str, got {name!r}")
+    if not name:
+        raise ValueError("get_actor() needs a non-empty actor name")
+    if namespace is not None:
+        validate_namespace(namespace)
     client = context.current_client()
     handle = client.get_named_actor(name, namespace or client.namespace)
     if handle is None:
         raise ValueError(f"no actor named {name!r} in namespace {namespace or client.namespace!r}")
     return handle  # type: ignore[no-any-return]
+
+
+def validate_namespace(namespace: object) -> None:
+    """Ray's rule: a namespace is None or a non-empty str (TypeError / ValueError)."""
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be None or a str, got {namespace!r}")
+    if not namespace:
+        raise ValueError('"" is not a valid namespace; pass None for the default namespace')
 
 
 def available_resources() -> dict[str, float]:

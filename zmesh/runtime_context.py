@@ -8,6 +8,20 @@ from typing import Any
 from zmesh.runtime import context
 
 
+class HexId(str):
+    """An id as Ray's NodeID/JobID/TaskID/ActorID: its hex string, with `.hex()` and
+    `.binary()` so code written for either form works."""
+
+    def hex(self) -> str:
+        return str(self)
+
+    def binary(self) -> bytes:
+        return bytes.fromhex(str(self))
+
+    def is_nil(self) -> bool:
+        return not str(self).strip("0")
+
+
 class RuntimeContext:
     """Ids and resources of the current process, task or actor."""
 
@@ -40,13 +54,46 @@ class RuntimeContext:
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         return {"GPU": [str(g) for g in get_gpu_ids()]}
 
-    @property
-    def node_id(self) -> str:
-        return self.get_node_id()
+    def get(self) -> dict[str, Any]:
+        """Ray's deprecated dict form: job, node and namespace; task and actor ids in a
+        worker that runs one."""
+        out: dict[str, Any] = {"job_id": self.job_id, "node_id": self.node_id,
+                               "namespace": self.namespace}
+        if self.task_id is not None:
+            out["task_id"] = self.task_id
+        if self.actor_id is not None:
+            out["actor_id"] = self.actor_id
+        return out
 
     @property
-    def job_id(self) -> str:
-        return self.get_job_id()
+    def node_id(self) -> HexId:
+        return HexId(self.get_node_id())
+
+    @property
+    def job_id(self) -> HexId:
+        return HexId(self.get_job_id())
+
+    @property
+    def task_id(self) -> HexId | None:
+        tid = self.get_task_id()
+        return None if tid is None else HexId(tid)
+
+    @property
+    def actor_id(self) -> HexId | None:
+        aid = self.get_actor_id()
+        return None if aid is None else HexId(aid)
+
+    @property
+    def current_actor(self) -> Any:
+        """A handle to the actor this code runs in; RuntimeError outside an actor."""
+        aid = self._client.current_actor_id
+        if not aid:
+            raise RuntimeError("current_actor is only available in an actor")
+        from zmesh.actor import ActorHandle, _method_table
+
+        cls = getattr(self._client, "current_actor_class", None)
+        methods = _method_table(cls) if cls is not None else {}
+        return ActorHandle(aid, getattr(cls, "__name__", "actor"), methods)
 
     @property
     def namespace(self) -> str:

@@ -45,7 +45,9 @@ class TaskError(ZmeshError):
         derived = _derived.get((base, cls))
         if derived is None:
             try:
-                derived = type(f"{base.__name__}({cls.__name__})", (base, cls), {})
+                # Ray's name for the class: `RayTaskError(ValueError)`
+                shown = "RayTaskError" if base is TaskError else base.__name__
+                derived = type(f"{shown}({cls.__name__})", (base, cls), {})
                 derived.__module__ = "zmesh.exceptions"
             except TypeError:  # a class that cannot be subclassed (final, layout conflict)
                 return self

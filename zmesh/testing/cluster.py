@@ -85,10 +85,11 @@ class Cluster:
 
     # -- nodes -----------------------------------------------------------------------------
     @property
-    def address(self) -> str:
-        """`host:port` of the head node, for `zmesh.init(address=...)`."""
+    def address(self) -> str | None:
+        """`host:port` of the head node, for `zmesh.init(address=...)`; None before the first
+        node is added (as Ray's `Cluster.address`)."""
         if self.head_node is None:
-            raise ZmeshError("the cluster has no head node yet; call add_node() first")
+            return None
         return self.head_node.address
 
     def list_all_nodes(self) -> list[ClusterNode]:
@@ -234,6 +235,8 @@ class Cluster:
         """`zmesh.init(address=self.address)`."""
         import zmesh
 
+        if self.address is None:
+            raise ZmeshError("the cluster has no head node yet; call add_node() first")
         return dict(zmesh.init(address=self.address, namespace=namespace))
 
     def shutdown(self) -> None:

@@ -87,6 +87,7 @@ class CoreClient:
         self.assigned_resources: dict[str, float] = {}
         self.current_task_id: bytes = b""
         self.current_actor_id: bytes = b""
+        self.current_actor_class: Any = None  # the user's class, in an actor's worker
         self.blocked_hook: Callable[[bool], None] | None = None
         loop = self.loop
         loop.on(m.ClientRegistered, self._on_registered)

@@ -116,6 +116,8 @@ class Executor:
             packed = self._resolve_pending(msg) if msg.ref_ids else msg.args
             args, kwargs, refs = unpack_args(packed, client.read)
             result = fn(*args, **kwargs)
+            if inspect.iscoroutine(result):  # an `async def` task runs to completion here
+                result = asyncio.run(result)
             del args, kwargs
             self.running = b""
             returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
@@ -198,6 +200,7 @@ class Executor:
         logs.set_prefix(f"({spec.class_name} pid={self.pid})")
         try:
             cls = self._function(spec.fn_id, spec.fn_blob)
+            client.current_actor_class = cls
             args, kwargs, _ = unpack_args(spec.args, client.read)
             self.instance = cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001
@@ -225,6 +228,7 @@ class Executor:
         name = self._method_name(call)
         refs: list[Any] = []
         self.running = call.task_id
+        self.client.current_task_id = call.task_id
         try:
             result, refs = self._invoke(call)
             self.running = b""
