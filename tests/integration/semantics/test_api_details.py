@@ -11,8 +11,6 @@ import asyncio
 
 import pytest
 
-import zmesh
-
 
 def test_runtime_context_get_returns_ids_dict(ray):
     # ray source: RuntimeContext.get() -> {"job_id", "node_id", "namespace", ["task_id"],
@@ -67,7 +65,7 @@ def test_current_actor_is_a_handle_to_itself(ray):
     assert handle == a
     assert ray.get(handle.bump.remote(), timeout=30) == 1
     with pytest.raises(RuntimeError):
-        ray.get_runtime_context().current_actor
+        _ = ray.get_runtime_context().current_actor
 
 
 def test_object_ref_and_actor_ids_hex(ray):
@@ -103,7 +101,7 @@ def test_actor_class_exposes_class_attributes(ray):
     assert Config.names == ("a", "b")
     assert Config.double(4) == 8
     with pytest.raises(AttributeError):
-        Config.no_such_attribute
+        _ = Config.no_such_attribute
     assert ray.get(Config.remote().get.remote(), timeout=30) == 7
 
 
