@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
+
+_source: Callable[[int], bytes] = os.urandom
+
+
+def set_id_source(source: Callable[[int], bytes] | None) -> None:
+    """Draw ids from `source(n)` (a seeded simulation) or, with None, from os.urandom."""
+    global _source
+    _source = source or os.urandom
 
 
 class IdGen:
     """Task ids are an 8-byte process prefix plus a counter; object ids add a return index."""
 
     def __init__(self, prefix: bytes | None = None) -> None:
-        self.prefix = prefix or os.urandom(8)
+        self.prefix = prefix or _source(8)
         self._counter = itertools.count(1)
 
     def task_id(self) -> bytes:
@@ -23,4 +32,4 @@ class IdGen:
 
 def random_id(n: int = 16) -> bytes:
     """A fresh random id (actors, placement groups, leases)."""
-    return os.urandom(n)
+    return _source(n)

@@ -1,7 +1,9 @@
 """The event loop each process runs: one thread owns the endpoint, timers and handlers.
 
 Other threads (user code, executors) never touch sockets: they hand work to the loop with
-`call_soon`, which wakes it only when it is asleep in `recv`.
+`call_soon`, which wakes it only when it is asleep in `recv`. Shells read the time with
+`clock()` and block only through `wait_event` / `wait_future` / `wait_for`, so a simulated
+loop (`zmesh.testing.sim_mesh`) can replace the clock and the blocking with virtual ones.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from zmesh.errors import TransportError
@@ -43,6 +46,25 @@ class EventLoop:
         # ways, as if the link to them were cut.
         self.blocked: frozenset[str] = frozenset()
 
+    # -- time and blocking (a simulated loop overrides these) ------------------------------
+    def clock(self) -> float:
+        """Seconds on this loop's clock (monotonic; virtual under simulation)."""
+        return time.monotonic()
+
+    def wait_event(self, event: threading.Event, timeout: float | None) -> bool:
+        """Block a user thread until `event` is set or `timeout` passes; True if set."""
+        return event.wait(timeout)
+
+    def wait_future(self, fut: Future[Any], timeout: float | None) -> Any:
+        """Block a user thread for `fut`'s result; raises TimeoutError when time runs out."""
+        return fut.result(timeout)
+
+    def wait_for(self, cond: threading.Condition, pred: Callable[[], Any],
+                 timeout: float | None) -> bool:
+        """Block a user thread until `pred()` holds (checked when `cond` is notified)."""
+        with cond:
+            return bool(cond.wait_for(pred, timeout))
+
     # -- registration ----------------------------------------------------------------------
     def on(self, msg_type: type[Message], handler: Handler) -> None:
         """Call `handler(sender, message, buffers)` for every inbound message of this type."""
@@ -57,7 +79,7 @@ class EventLoop:
 
     def call_later(self, delay: float, fn: Callable[[], Any]) -> None:
         """Run `fn()` on the loop thread after `delay` seconds (loop thread only)."""
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), fn))
+        heapq.heappush(self._timers, (self.clock() + delay, next(self._timer_seq), fn))
 
     def send(self, to: str, msg: Message, buffers: Sequence[Any] = ()) -> bool:
         """Send a message (loop thread only); False, logged, when the peer cannot be reached."""

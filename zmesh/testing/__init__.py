@@ -1,4 +1,5 @@
-"""zmesh.testing: local clusters, fault plans, histories and checkers for testing programs.
+"""zmesh.testing: local clusters, a simulated mesh (`sim_mesh`), fault plans, histories and
+checkers for testing programs.
 
 `fault_plans` needs hypothesis (the `test` extra) and is imported on first use.
 """
@@ -19,11 +20,14 @@ from zmesh.testing.faults import (
     SlowNode,
 )
 from zmesh.testing.history import History, HistoryViolation, Op, Violation
+from zmesh.testing.sim_kernel import SimDeadlock, SimKilled
+from zmesh.testing.sim_mesh import LinkFaults, SimMesh, sim_mesh
 
 __all__ = [
     "Cluster", "ClusterNode", "FaultPlan", "FaultPlanError", "History", "HistoryViolation",
-    "KillActor", "KillNode", "KillOwner", "KillWorker", "LinkFault", "Op", "Partition", "Pause",
-    "SlowNode", "Violation", "fault_plans", "fault_steps", "fault_times",
+    "KillActor", "KillNode", "KillOwner", "KillWorker", "LinkFault", "LinkFaults", "Op",
+    "Partition", "Pause", "SimDeadlock", "SimKilled", "SimMesh", "SlowNode", "Violation",
+    "fault_plans", "fault_steps", "fault_times", "sim_mesh",
 ]
 
 

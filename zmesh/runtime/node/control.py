@@ -9,7 +9,6 @@ written put-if-absent so a name is unique cluster-wide) and actor locations
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -58,7 +57,7 @@ class ControlAgent:
         self.loop = loop
         self.address = address
         self.store = ControlStore(address)
-        self.store.set_members(time.monotonic(), [address])
+        self.store.set_members(self.loop.clock(), [address])
         self._members: frozenset[str] = frozenset([address])
         self._done: dict[int, Done] = {}
         self._armed = float("inf")
@@ -70,15 +69,15 @@ class ControlAgent:
     def put(self, key: str, value: Any, done: Done | None = None, *,
             if_absent: bool = False) -> None:
         """Write `value` (msgpack-encoded) under `key`; `done(completion)` when answered."""
-        rid = self.store.put(time.monotonic(), key, msgspec.msgpack.encode(value),
+        rid = self.store.put(self.loop.clock(), key, msgspec.msgpack.encode(value),
                              if_absent=if_absent)
         self._track(rid, done)
 
     def get(self, key: str, done: Done) -> None:
-        self._track(self.store.get(time.monotonic(), key), done)
+        self._track(self.store.get(self.loop.clock(), key), done)
 
     def delete(self, key: str, done: Done | None = None) -> None:
-        self._track(self.store.delete(time.monotonic(), key), done)
+        self._track(self.store.delete(self.loop.clock(), key), done)
 
     @staticmethod
     def decode(completion: Completion) -> Any:
@@ -99,16 +98,16 @@ class ControlAgent:
         if members == self._members:
             return
         self._members = members
-        self.store.set_members(time.monotonic(), members)
+        self.store.set_members(self.loop.clock(), members)
         self._pump()
 
     # -- driving ---------------------------------------------------------------------------
     def _on_message(self, sender: str, msg: Any, bufs: list[Any]) -> None:
-        self._send(self.store.receive(time.monotonic(), sender, msg))
+        self._send(self.store.receive(self.loop.clock(), sender, msg))
         self._pump()
 
     def _pump(self) -> None:
-        now = time.monotonic()
+        now = self.loop.clock()
         self._send(self.store.tick(now))
         for done in self.store.drain_completions():
             callback = self._done.pop(done.rid, None)

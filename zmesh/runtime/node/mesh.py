@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -59,7 +59,8 @@ class MeshAgent:
                  total: Callable[[], dict[str, float]], free: Callable[[], dict[str, float]],
                  labels: dict[str, str], ipc_address: str, pid: int,
                  on_view: Callable[[dict[str, NodeResources]], None],
-                 on_gone: Callable[[str, str, str], None]) -> None:
+                 on_gone: Callable[[str, str, str], None],
+                 rng: random.Random | None = None) -> None:
         self.loop = loop
         self.address = address
         self.node_id = node_id
@@ -69,7 +70,8 @@ class MeshAgent:
         self._on_gone = on_gone
         self._labels = {**labels, NODE_ID_LABEL: node_id, IPC_LABEL: ipc_address,
                         PID_LABEL: str(pid)}
-        self.membership = Membership(address, resources=self._resources(), labels=self._labels)
+        self.membership = Membership(address, resources=self._resources(), labels=self._labels,
+                                     rng=rng)
         self.node_address: dict[str, str] = {node_id: address}  # node id -> tcp address
         self.node_of: dict[str, str] = {address: node_id}  # tcp address -> node id
         self.dead_nodes: dict[str, str] = {}  # node id -> why it went
@@ -84,8 +86,8 @@ class MeshAgent:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, seeds: list[str]) -> None:
         """Join through `seeds` (tcp addresses), or start a mesh of one when there are none."""
-        now = time.monotonic()
-        seeds = [s if s.startswith("tcp://") else f"tcp://{s}" for s in seeds]
+        now = self.loop.clock()
+        seeds = [s if "://" in s else f"tcp://{s}" for s in seeds]
         seeds = [s for s in seeds if s != self.address]
         if seeds:
             self._send_all(self.membership.join(now, seeds))
@@ -94,16 +96,16 @@ class MeshAgent:
 
     def leave(self) -> None:
         """Announce a graceful leave to a few members (the rest hear it by gossip)."""
-        self._send_all(self.membership.leave(time.monotonic()))
+        self._send_all(self.membership.leave(self.loop.clock()))
 
     # -- timers and messages ---------------------------------------------------------------
     def _tick(self) -> None:
         self._armed = math.inf
-        self._send_all(self.membership.tick(time.monotonic()))
+        self._send_all(self.membership.tick(self.loop.clock()))
         self._after()
 
     def _on_message(self, sender: str, msg: Any, bufs: list[Any]) -> None:
-        self._send_all(self.membership.receive(time.monotonic(), sender, msg))
+        self._send_all(self.membership.receive(self.loop.clock(), sender, msg))
         self._after()
 
     def _after(self) -> None:
@@ -112,10 +114,10 @@ class MeshAgent:
         if deadline is None or deadline >= self._armed:
             return
         self._armed = deadline
-        self.loop.call_later(max(0.0, deadline - time.monotonic()), self._tick_if_due)
+        self.loop.call_later(max(0.0, deadline - self.loop.clock()), self._tick_if_due)
 
     def _tick_if_due(self) -> None:
-        if time.monotonic() >= self._armed - 1e-4 or self._armed == math.inf:
+        if self.loop.clock() >= self._armed - 1e-4 or self._armed == math.inf:
             self._tick()
 
     def _send_all(self, out: list[tuple[str, Any]]) -> None:
@@ -180,7 +182,7 @@ class MeshAgent:
             if info.address == self.address:
                 total, free = self._total(), self._free()
             node_id = info.metadata.labels.get(NODE_ID_LABEL, "")
-            host = info.address[len("tcp://"):].rsplit(":", 1)[0]
+            host = info.address.split("://", 1)[-1].rsplit(":", 1)[0]
             rows.append({
                 "NodeID": node_id, "Alive": info.is_live, "alive": info.is_live,
                 "State": MemberState(info.state).name.lower(),

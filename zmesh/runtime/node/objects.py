@@ -35,7 +35,7 @@ class NodeObjects:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.transfer = ObjectTransfer(node.store, mapper=node.store.mapper)
+        self.transfer = ObjectTransfer(node.store, mapper=node.store.mapper, clock=node.loop.clock)
         # Seal travels on the writer's connection, the reader's pin or a peer's chunk request
         # on another, so they can overtake it: they wait here for the seal.
         self._unsealed: dict[bytes, list[Callable[[], None]]] = {}
@@ -127,8 +127,7 @@ class NodeObjects:
         """Pulls from a dead node fail (or move on) at once, its copies are forgotten, and
         the local clients fail what they borrowed from owners that lived there."""
         ipc = self._ipc_of(address)
-        died = m.NodeDied(node_id=node_id, address=address,
-                          ipc_dir=os.path.dirname(ipc[len("ipc://"):]) if ipc else "", why=why)
+        died = m.NodeDied(node_id=node_id, address=address, ipc_dir=_local_prefix(ipc), why=why)
         # Before the failed pulls' answers, so a reader knows the owner died when they come.
         for client in list(self.node.clients):
             self.node.loop.send(client, died)
@@ -154,3 +153,13 @@ class NodeObjects:
         mesh = self.node.mesh
         why = mesh.dead_nodes.get(node_id) if mesh is not None else None
         return why or "is not a live member of this mesh"
+
+
+def _local_prefix(ipc: str) -> str:
+    """What the addresses of a node's local processes start with: its ipc directory (sent
+    bare, as older clients expect), or, on other transports, `address/`."""
+    if not ipc:
+        return ""
+    if ipc.startswith("ipc://"):
+        return os.path.dirname(ipc[len("ipc://"):])
+    return ipc.rstrip("/") + "/"

@@ -10,9 +10,11 @@ import argparse
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +46,7 @@ from zmesh.store.sweep import (
     sweep_dead_stores,
 )
 from zmesh.transports import open_endpoint
+from zmesh.transports.base import Endpoint
 
 logger = logging.getLogger("zmesh.node")
 
@@ -78,17 +81,28 @@ class Node:
     def __init__(self, session_dir: str, *, num_cpus: float, num_gpus: float,
                  resources: dict[str, float], object_store_memory: int,
                  parent_pid: int = 0, job_id: str = "", host: str = "127.0.0.1", port: int = 0,
-                 labels: dict[str, str] | None = None) -> None:
+                 labels: dict[str, str] | None = None, loop: EventLoop | None = None,
+                 make_pool: Callable[[Node], Any] | None = None,
+                 rng: random.Random | None = None) -> None:
+        """With `loop`, the node runs on that loop's endpoint (any transport: peers and local
+        clients share its one address) and `make_pool(node)` makes its worker pool; without,
+        it binds tcp for peers plus an ipc socket for local clients, and forks workers."""
         self.node_id = random_id(14).hex()
         self.session_dir = session_dir
         self.parent_pid = parent_pid
         self.job_id = job_id or random_id(4).hex()
-        # Peers reach the node on tcp (its identity in the mesh); local clients on ipc.
-        self.endpoint = open_endpoint(f"tcp://{host}:{port}")
-        self.mesh_address = self.endpoint.address
-        self.address = self.endpoint.bind_also(
-            f"ipc://{os.path.join(session_dir, 'node.sock')}")
-        self.loop = EventLoop(self.endpoint, "node")
+        if loop is None:
+            # Peers reach the node on tcp (its identity in the mesh); local clients on ipc.
+            zmq_endpoint = open_endpoint(f"tcp://{host}:{port}")
+            self.endpoint: Endpoint = zmq_endpoint
+            self.mesh_address = zmq_endpoint.address
+            self.address = zmq_endpoint.bind_also(
+                f"ipc://{os.path.join(session_dir, 'node.sock')}")
+            self.loop = EventLoop(self.endpoint, "node")
+        else:
+            self.endpoint = loop.endpoint
+            self.mesh_address = self.address = loop.address
+            self.loop = loop
         root = ensure_store_root(default_store_root())
         sweep_dead_stores(root)
         self.store_dir = create_node_store_dir(root, self.node_id)
@@ -107,9 +121,10 @@ class Node:
         self.functions: dict[bytes, bytes] = {}
         self.warned: set[tuple[str, str]] = set()
         self.stopping = False
-        self.pool = WorkerPool(self.address, session_dir, self.loop.call_soon, self._worker_exited,
-                               {"ZMESH_NODE_ID": self.node_id, "ZMESH_STORE_DIR": self.store_dir,
-                                "ZMESH_JOB_ID": self.job_id, **_worker_bind_env(host)})
+        self.pool: Any = make_pool(self) if make_pool is not None else WorkerPool(
+            self.address, session_dir, self.loop.call_soon, self._worker_exited,
+            {"ZMESH_NODE_ID": self.node_id, "ZMESH_STORE_DIR": self.store_dir,
+             "ZMESH_JOB_ID": self.job_id, **_worker_bind_env(host)})
         self.control = ControlAgent(self.loop, self.mesh_address)
         self.actors = ActorManager(self)
         self.forwarder = Forwarder(self)
@@ -117,7 +132,7 @@ class Node:
         self.mesh: MeshAgent | None = MeshAgent(
             self.loop, self.mesh_address, self.node_id, total=self.scheduler.total,
             free=self.scheduler.available, labels=self.labels, ipc_address=self.address,
-            pid=os.getpid(), on_view=self._on_view, on_gone=self._node_gone)
+            pid=os.getpid(), on_view=self._on_view, on_gone=self._node_gone, rng=rng)
         self.objects = NodeObjects(self)
         self._register_handlers()
 
@@ -138,12 +153,16 @@ class Node:
         self.actors.register(self.loop)
         self.objects.register(self.loop)
 
-    def run(self, join: list[str] | None = None) -> None:
+    def start(self, join: list[str] | None = None) -> None:
+        """Start workers, timers and the mesh join; the loop must run afterwards."""
         for _ in range(max(1, min(int(self.num_cpus), 8))):
             self._prestart()
         self.loop.call_later(LIVENESS_PERIOD_S, self._check_liveness)
         if self.mesh is not None:
             self.loop.call_soon(self.mesh.start, list(join or []))
+
+    def run(self, join: list[str] | None = None) -> None:
+        self.start(join)
         self.loop.run()
         self._teardown()
 
@@ -164,6 +183,10 @@ class Node:
     def _node_gone(self, node_id: str, address: str, why: str) -> None:
         self.objects.node_gone(node_id, address, why)
         self.forwarder.node_gone(node_id, address, why)
+
+    def teardown(self) -> None:
+        """Release the pool, the store and the endpoint once the loop has returned."""
+        self._teardown()
 
     def _teardown(self) -> None:
         for client in list(self.clients.values()):

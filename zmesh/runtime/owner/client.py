@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -46,7 +45,8 @@ class CoreClient:
 
     def __init__(self, node_address: str, session_dir: str, kind: str, *,
                  job_id: str = "", log_to_driver: bool = True, worker_id: bytes | None = None,
-                 on_log: Callable[[m.LogLines], None] | None = None) -> None:
+                 on_log: Callable[[m.LogLines], None] | None = None,
+                 loop: EventLoop | None = None) -> None:
         self.kind = kind
         self.node_address = node_address
         self.session_dir = session_dir
@@ -55,7 +55,12 @@ class CoreClient:
         self.job_id = job_id
         self.closed = False
         worker_bind = os.environ.get("ZMESH_WORKER_BIND") if kind == "worker" else None
-        if worker_bind:  # a worker of a node on a real interface: reachable from elsewhere
+        # Owners that lived on a node are known by this address prefix when the node dies.
+        self.local_prefix = f"ipc://{session_dir}/"
+        if loop is not None:  # any transport: the caller bound it (the simulated mesh)
+            self.endpoint = loop.endpoint
+            self.local_prefix = node_address.rstrip("/") + "/"
+        elif worker_bind:  # a worker of a node on a real interface: reachable from elsewhere
             self.endpoint = open_endpoint(worker_bind)
         elif node_address.startswith("tcp://"):
             # A driver that reaches its node over tcp binds tcp too, so remote workers and
@@ -66,7 +71,7 @@ class CoreClient:
                                 f"{kind}-{os.getpid()}-{self.worker_id.hex()[:8]}.sock")
             self.endpoint = open_endpoint(f"ipc://{sock}")
         self.address = self.endpoint.address
-        self.loop = EventLoop(self.endpoint, kind)
+        self.loop = loop if loop is not None else EventLoop(self.endpoint, kind)
         self.objects = ObjectTable(self.address, self.loop.call_soon, self._on_free)
         self.tasks = TaskSubmitter(self)
         self.actors = ActorCaller(self)
@@ -115,7 +120,7 @@ class CoreClient:
             address=self.address, kind=self.kind, pid=os.getpid(), worker_id=self.worker_id,
             job_id=self.job_id, log_to_driver=self._log_to_driver))
         try:
-            info = self._registered.result(timeout)
+            info: m.ClientRegistered = self.loop.wait_future(self._registered, timeout)
         except TimeoutError:
             raise ZmeshError(f"no answer from the zmesh node at {self.node_address} "
                              f"within {timeout:.0f}s") from None
@@ -164,7 +169,7 @@ class CoreClient:
         self._requests[rid] = fut
         self.loop.send_threadsafe(self.node_address, make(rid))
         try:
-            return fut.result(timeout)
+            return self.loop.wait_future(fut, timeout)
         except TimeoutError:
             raise ZmeshError(f"the zmesh node did not answer within {timeout}s") from None
         finally:
@@ -250,7 +255,7 @@ class CoreClient:
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         """Values of refs, in order; raises the first error, or GetTimeoutError."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self.loop.clock() + timeout
         vals = self._wait_values(refs, deadline)
         out = []
         for ref, v in zip(refs, vals):
@@ -272,19 +277,13 @@ class CoreClient:
         entry = self.objects.entries.get(ref.id)
         if entry is None or entry.owned or isinstance(exc, OwnerDiedError):
             return
-        local = f"ipc://{self.session_dir}/"
-        if entry.owner.startswith(local):
+        if entry.owner.startswith(self.local_prefix):
             return  # the owner shares our node, which is alive
-        deadline = time.monotonic() + OWNER_DEATH_WAIT_S
-        with self._deaths:
-            while True:
-                why = self._owner_death(entry.owner)
-                if why:
-                    raise OwnerDiedError(f"{ref!r} is lost: {why}") from exc
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self._deaths.wait(left)
+        owner = entry.owner
+        self.loop.wait_for(self._deaths, lambda: self._owner_death(owner), OWNER_DEATH_WAIT_S)
+        why = self._owner_death(owner)
+        if why:
+            raise OwnerDiedError(f"{ref!r} is lost: {why}") from exc
 
     def _owner_death(self, owner: str) -> str:
         for address, prefix, why in self._dead_nodes:
@@ -305,7 +304,7 @@ class CoreClient:
             started.set()
 
         self.loop.call_soon(rebuild)
-        started.wait()
+        self.loop.wait_event(started, None)
         if self.objects.value_of(ref.id) is not None:
             return None  # no retries left: the task was not run again
         return self._wait_values([ref], deadline)[0]
@@ -332,8 +331,8 @@ class CoreClient:
             if blocked:
                 self.blocked_hook(True)  # type: ignore[misc]
             try:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                done = waiter.event.wait(left)
+                left = None if deadline is None else max(0.0, deadline - self.loop.clock())
+                done = self.loop.wait_event(waiter.event, left)
             finally:
                 if blocked:
                     self.blocked_hook(False)  # type: ignore[misc]
@@ -374,7 +373,7 @@ class CoreClient:
             waiter = _Countdown(num_returns)
             for r in refs:
                 self.objects.when_ready(r.id, waiter.hit)
-            waiter.event.wait(timeout)
+            self.loop.wait_event(waiter.event, timeout)
         out_ready: list[ObjectRef] = []
         rest: list[ObjectRef] = []
         for r in refs:
@@ -414,7 +413,8 @@ class CoreClient:
     def _on_node_died(self, sender: str, msg: m.NodeDied, bufs: list[Any]) -> None:
         # Owners are known by address only: the ones that lived on that node are the node
         # itself and the processes with ipc sockets in its directory.
-        prefix = f"ipc://{msg.ipc_dir}/" if msg.ipc_dir else None
+        prefix = (msg.ipc_dir if "://" in msg.ipc_dir else f"ipc://{msg.ipc_dir}/"
+                  ) if msg.ipc_dir else None
         why = f"its owner lived on node {msg.node_id}, which {msg.why}"
         with self._deaths:
             self._dead_nodes.append((msg.address, prefix or "", why))

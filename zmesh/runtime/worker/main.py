@@ -23,20 +23,11 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
     client = CoreClient(node_address, session_dir, "worker", worker_id=worker_id)
     context.set_client(client)
     executor = Executor(client)
-
-    def blocked(flag: bool) -> None:
-        client.loop.send_threadsafe(node_address, m.Blocked(worker=client.address, blocked=flag))
-
-    client.blocked_hook = blocked
+    attach(client, executor)
     if capture:
         logs.capture_output(lambda prefix, lines, err: client.loop.send_threadsafe(
             node_address, m.LogLines(prefix=prefix, lines=lines, stderr=err)))
-    client.loop.on(m.Shutdown, lambda s, msg, b: client.loop.stop())
-    executor.start()
     client.loop.thread = None
-    client.loop.send(node_address, m.RegisterClient(
-        address=client.address, kind="worker", pid=os.getpid(), worker_id=client.worker_id))
-    client.loop.on(m.ClientRegistered, lambda s, msg, b: _registered(client, msg))
     # The node's own answer can arrive after an owner's first task (another connection):
     # the fork server's environment already says which node and store this worker has.
     if os.environ.get("ZMESH_NODE_ID") and os.environ.get("ZMESH_STORE_DIR"):
@@ -55,6 +46,22 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
     client.loop.run()  # the loop runs on the main thread; exits on Shutdown
     sys.stdout.flush()
     os._exit(0)
+
+
+def attach(client: CoreClient, executor: Executor) -> None:
+    """Wire a worker's client and executor to its node, start executing and register; the
+    same for a forked worker and a simulated one (`zmesh.testing.sim_mesh`)."""
+    node_address = client.node_address
+
+    def blocked(flag: bool) -> None:
+        client.loop.send_threadsafe(node_address, m.Blocked(worker=client.address, blocked=flag))
+
+    client.blocked_hook = blocked
+    client.loop.on(m.Shutdown, lambda s, msg, b: client.loop.stop())
+    executor.start()
+    client.loop.send(node_address, m.RegisterClient(
+        address=client.address, kind="worker", pid=os.getpid(), worker_id=client.worker_id))
+    client.loop.on(m.ClientRegistered, lambda s, msg, b: _registered(client, msg))
 
 
 def _registered(client: CoreClient, msg: m.ClientRegistered) -> None:
