@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from zmesh.api import remote as remote
     from zmesh.api import shutdown as shutdown
     from zmesh.api import wait as wait
+    from zmesh.generators import ObjectRefGenerator as ObjectRefGenerator
     from zmesh.object_ref import ObjectRef as ObjectRef
     from zmesh.runtime_context import get_gpu_ids as get_gpu_ids
     from zmesh.runtime_context import get_runtime_context as get_runtime_context
@@ -60,6 +61,7 @@ _WHERE = {
     "shutdown": "zmesh.api",
     "wait": "zmesh.api",
     "ObjectRef": "zmesh.object_ref",
+    "ObjectRefGenerator": "zmesh.generators",
     "get_gpu_ids": "zmesh.runtime_context",
     "get_runtime_context": "zmesh.runtime_context",
     "register_serializer": "zmesh.serializers",
@@ -72,6 +74,7 @@ __all__ = [
     "ActorClass",
     "ActorHandle",
     "ObjectRef",
+    "ObjectRefGenerator",
     "__version__",
     "available_resources",
     "cancel",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from zmesh.generators import backpressure_of, returned, wire_num_returns
 from zmesh.options import ACTOR_OPTIONS, check_options, env_vars_of, labels_of, resources_of
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import _Exported
@@ -14,11 +15,19 @@ from zmesh.runtime.ids import random_id
 from zmesh.runtime.strategies import encode_strategy
 
 
-def method(*, num_returns: int = 1, **_ignored: Any) -> Any:
-    """Decorate an actor method with options, as Ray's `@ray.method(num_returns=2)`."""
+def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None,
+           **_ignored: Any) -> Any:
+    """Decorate an actor method with options, as Ray's `@ray.method(num_returns=2)`;
+    `num_returns="streaming"` (a generator's default) or `"dynamic"` for generators, and
+    `concurrency_group` to run it in one of the class's concurrency groups."""
+    if num_returns is not None:
+        wire_num_returns(num_returns, None)  # validate now
 
     def wrap(fn: Any) -> Any:
-        fn.__zmesh_num_returns__ = num_returns
+        if num_returns is not None:
+            fn.__zmesh_num_returns__ = num_returns
+        if concurrency_group is not None:
+            fn.__zmesh_concurrency_group__ = concurrency_group
         return fn
 
     return wrap
@@ -138,24 +147,35 @@ def _method_table(cls: type) -> dict[str, int]:
     for name, fn in inspect.getmembers(cls, predicate=callable):
         if name.startswith("__") and name != "__call__":
             continue
-        table[name] = int(getattr(fn, "__zmesh_num_returns__", 1))
+        table[name] = wire_num_returns(getattr(fn, "__zmesh_num_returns__", None), fn)
     return table
 
 
 class ActorMethod:
     """`handle.method` — call it with `.remote(...)`."""
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int) -> None:
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int,
+                 backpressure: int = 0, group: str = "") -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
+        self._backpressure = backpressure
+        self._group = group
 
     def options(self, **opts: Any) -> ActorMethod:
-        unknown = set(opts) - {"num_returns", "name", "concurrency_group"}
+        unknown = set(opts) - {"num_returns", "name", "concurrency_group",
+                               "_generator_backpressure_num_objects"}
         if unknown:
             raise ValueError(f"invalid option(s) {sorted(unknown)} for actor method {self._name}")
-        return ActorMethod(self._handle, self._name, int(opts.get("num_returns",
-                                                                  self._num_returns)))
+        n = self._num_returns
+        if "num_returns" in opts:
+            n = wire_num_returns(opts["num_returns"], None)
+        group = opts.get("concurrency_group", self._group) or ""
+        if not isinstance(group, str):
+            raise TypeError(f"concurrency_group must be a str, got {group!r}")
+        backpressure = backpressure_of(opts) if "_generator_backpressure_num_objects" in opts \
+            else self._backpressure
+        return ActorMethod(self._handle, self._name, n, backpressure, group)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         client = context.current_client()
@@ -167,8 +187,11 @@ class ActorMethod:
         # set before its refs exist would be dropped (the get would hang)
         task_id = client.ids.task_id()
         refs = client.make_refs(task_id, n)
-        client.actors.call(rec, self._name, data, top, [r.id for r in nested], n, task_id)
-        return refs[0] if n == 1 else refs
+        backpressure = self._backpressure if n < 0 else 0
+        out = refs[0] if n == 1 else returned(client, n, refs, task_id, backpressure)
+        client.actors.call(rec, self._name, data, top, [r.id for r in nested], n, task_id,
+                           backpressure=backpressure, group=self._group)
+        return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor method {self._name} cannot be called directly; "

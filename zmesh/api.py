@@ -175,14 +175,18 @@ def wait(refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | No
     refs = list(refs)
     if not refs:
         return [], []
+    from zmesh.generators import ObjectRefGenerator, wait_mixed
+
     for r in refs:
-        if not isinstance(r, ObjectRef):
+        if not isinstance(r, ObjectRef | ObjectRefGenerator):
             raise TypeError(f"wait() expects a list of ObjectRefs, got a {type(r).__name__} "
                             "in the list")
     if len(set(refs)) != len(refs):
         raise ValueError("wait() got duplicate ObjectRefs")
     if not 0 <= num_returns <= len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 0 and {len(refs)}")
+    if any(isinstance(r, ObjectRefGenerator) for r in refs):
+        return wait_mixed(context.current_client(), refs, num_returns, timeout)
     return context.current_client().wait(refs, num_returns, timeout)  # type: ignore[no-any-return]
 
 
@@ -200,10 +204,13 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     client.actors.kill_requested(actor._actor_id, no_restart)
 
 
-def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+def cancel(ref: Any, *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that makes `ref`: queued ones never run, running ones are interrupted."""
-    if not isinstance(ref, ObjectRef):
-        raise TypeError(f"cancel() expects an ObjectRef, got {type(ref).__name__}")
+    from zmesh.generators import ObjectRefGenerator
+
+    if not isinstance(ref, ObjectRef | ObjectRefGenerator):
+        raise TypeError(f"cancel() expects an ObjectRef or ObjectRefGenerator, "
+                        f"got {type(ref).__name__}")
     client = context.current_client()
     client.loop.call_soon(client.tasks.cancel, ref.task_id(), force)
 

@@ -8,6 +8,7 @@ TASK_OPTIONS = {
     "num_cpus", "num_gpus", "resources", "memory", "num_returns", "max_retries",
     "retry_exceptions", "scheduling_strategy", "runtime_env", "name", "max_calls",
     "accelerator_type", "label_selector", "_metadata", "serializer",
+    "_generator_backpressure_num_objects",
 }
 ACTOR_OPTIONS = {
     "num_cpus", "num_gpus", "resources", "memory", "max_restarts", "max_task_retries",

@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar
 
 import cloudpickle
 
+from zmesh.generators import backpressure_of, returned, wire_num_returns
 from zmesh.options import TASK_OPTIONS, check_options, env_vars_of, labels_of, resources_of
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
@@ -93,17 +94,21 @@ class RemoteFunction(Generic[R]):
         exported = self._exported
         exported.ensure()
         _, res, strategy, key, retries, retry_exc, env, name, labels = self._prepared(client)
-        num_returns = int(self._options.get("num_returns", 1))
+        opts = self._options
+        num_returns = wire_num_returns(opts.get("num_returns"), self._function)
         data, top, nested = pack_args(args, kwargs)
         task_id = client.ids.task_id()
+        backpressure = backpressure_of(opts) if num_returns < 0 else 0
         task = Task(task_id, exported.fn_id, exported.blob, name, data, top,
                     [r.id for r in nested], num_returns, key, res, strategy, retries,
-                    retry_exc, env, labels=labels)
+                    retry_exc, env, labels=labels, backpressure=backpressure)
         refs = client.make_refs(task_id, num_returns)
-        client.tasks.submit(task)
         if num_returns == 1:
+            client.tasks.submit(task)
             return refs[0]
-        return refs
+        out = returned(client, num_returns, refs, task_id, backpressure)
+        client.tasks.submit(task)
+        return out
 
 
 def _retry_spec(value: Any) -> Any:

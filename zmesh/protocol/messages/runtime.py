@@ -310,6 +310,7 @@ class ExecuteTask(Message, tag=50):
     ref_ids: list[bytes] = []  # ids of args.refs, given when some are pending (empty Values)
     namespace: str = ""  # the submitter's namespace: get_actor inside the task looks there
     resources: dict[str, float] = {}  # what the task holds, for get_assigned_resources()
+    backpressure: int = 0  # a streaming generator pauses with this many items unconsumed
 
 
 class TaskResult(Message, tag=51):
@@ -331,6 +332,8 @@ class ActorCall(Message, tag=52):
     method: str
     args: Args
     num_returns: int = 1
+    backpressure: int = 0  # a streaming generator pauses with this many items unconsumed
+    concurrency_group: str = ""  # "": the method's own group, else the default group
 
 
 class CancelTask(Message, tag=53):
@@ -398,3 +401,20 @@ class NodeDied(Message, tag=61):
     address: str
     ipc_dir: str
     why: str
+
+
+# -- streaming generators (worker -> owner, owner -> worker) ----------------------------
+class GeneratorItem(Message, tag=77):
+    """One item a streaming generator task yielded: the value of return `index + 1`."""
+
+    task_id: bytes
+    index: int
+    value: Value
+    worker: str = ""
+
+
+class GeneratorAck(Message, tag=78):
+    """The owner has consumed this many items of a generator (for backpressure)."""
+
+    task_id: bytes
+    consumed: int

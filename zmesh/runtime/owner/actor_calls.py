@@ -95,7 +95,8 @@ class ActorCaller:
         self.client.loop.send_threadsafe(self.client.node_address, spec)
 
     def call(self, rec: ActorRecord, method: str, data: bytes, top_refs: list[Any],
-             nested_ids: list[bytes], num_returns: int, task_id: bytes | None = None) -> bytes:
+             nested_ids: list[bytes], num_returns: int, task_id: bytes | None = None,
+             backpressure: int = 0, group: str = "") -> bytes:
         """Queue a call; returns its task id (return object ids derive from it). Make the
         return refs first (pass their `task_id`): a call that fails at once sets their values."""
         client = self.client
@@ -109,11 +110,12 @@ class ActorCaller:
             client.objects.add_submitted(release)
         if top_refs:
             client.loop.call_soon(self._resolve_then_send, rec, task_id, seq, method, data,
-                                  top_refs, release, num_returns)
+                                  top_refs, release, num_returns, backpressure, group)
         else:
             msg = m.ActorCall(actor_id=rec.actor_id, caller=client.address, seq=seq,
                               task_id=task_id, method=method, args=m.Args(data=data),
-                              num_returns=num_returns)
+                              num_returns=num_returns, backpressure=backpressure,
+                              concurrency_group=group)
             call = Call(msg, release, rec.max_task_retries)
             if rec.state == "alive" and not rec.queue and not rec.hold:
                 rec.inflight[task_id] = call
@@ -162,7 +164,7 @@ class ActorCaller:
 
     def _resolve_then_send(self, rec: ActorRecord, task_id: bytes, seq: int, method: str,
                            data: bytes, top_refs: list[Any], release: list[bytes],
-                           num_returns: int) -> None:
+                           num_returns: int, backpressure: int = 0, group: str = "") -> None:
         resolved: list[m.Value | None] = [None] * len(top_refs)
         left = [len(top_refs)]
         # the call keeps its seq: calls behind it wait in the actor's mailbox until it lands
@@ -174,7 +176,8 @@ class ActorCaller:
                 msg = m.ActorCall(actor_id=rec.actor_id, caller=self.client.address, seq=seq,
                                   task_id=task_id, method=method,
                                   args=m.Args(data=data, refs=resolved),  # type: ignore[arg-type]
-                                  num_returns=num_returns)
+                                  num_returns=num_returns, backpressure=backpressure,
+                                  concurrency_group=group)
                 self.client.loop.call_soon(self._dispatch, rec,
                                            Call(msg, release, rec.max_task_retries))
 

@@ -52,6 +52,7 @@ class Task:
     lease: Lease | None = None
     cancelled: bool = False
     done: bool = False
+    backpressure: int = 0  # streaming generators: items the worker may run ahead
 
     def return_ids(self) -> list[bytes]:
         return [IdGen.object_id(self.task_id, i) for i in range(max(self.num_returns, 1))]
@@ -204,7 +205,8 @@ class TaskSubmitter:
             args=m.Args(data=task.data, refs=refs), num_returns=task.num_returns,
             fn_blob=blob, env_vars={**task.env_vars, **lease.gpu_env} if lease.gpu_env
             else task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
-            namespace=self.client.namespace, resources=task.resources))
+            namespace=self.client.namespace, resources=task.resources,
+            backpressure=task.backpressure))
 
     def _arm_idle(self, lease: Lease) -> None:
         lease.idle_timer += 1

@@ -7,11 +7,13 @@ pool for threaded actors, or an asyncio loop for async actors), so the loop keep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import inspect
 import os
 import queue
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +25,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
-from zmesh.runtime.worker import logs
+from zmesh.runtime.worker import logs, streaming
 from zmesh.task_error import capture
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ class Executor:
         self.aio_sem: asyncio.Semaphore | None = None
         self.running: bytes = b""
         self.cancelled: set[bytes] = set()
+        self._cancel_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
         loop.on(m.ExecuteTask, lambda s, msg, b: self.work.put(msg))
@@ -72,9 +75,27 @@ class Executor:
         if msg.force:
             os._exit(1)
         self.cancelled.add(msg.task_id)
-        if self.running == msg.task_id and self.thread.ident is not None:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self.thread.ident), ctypes.py_object(TaskCancelledError))
+        with self._cancel_lock:
+            if self.running == msg.task_id and self.thread.ident is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self.thread.ident), ctypes.py_object(TaskCancelledError))
+
+    @contextlib.contextmanager
+    def _shielded(self) -> Iterator[None]:
+        """No cancel lands inside (a streaming generator's send); one that came meanwhile
+        is raised on leaving."""
+        task_id = self.running
+        if threading.current_thread() is not self.thread or not task_id:
+            yield
+            return
+        with self._cancel_lock:  # a cancel already sent lands at the latest on this exit
+            self.running = b""
+        try:
+            yield
+        finally:
+            self.running = task_id
+        if task_id in self.cancelled:
+            raise TaskCancelledError
 
     # -- executor thread -------------------------------------------------------------------
     def _run(self) -> None:
@@ -119,9 +140,13 @@ class Executor:
             if inspect.iscoroutine(result):  # an `async def` task runs to completion here
                 result = asyncio.run(result)
             del args, kwargs
+            if msg.num_returns < 0:  # a streaming generator: cancel may interrupt it
+                returns = self._stream(msg.task_id, result, msg.num_returns, msg.name,
+                                       msg.owner, msg.backpressure)
             self.running = b""
-            returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
-                                           msg.owner)
+            if msg.num_returns >= 0:
+                returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
+                                               msg.owner)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
             returns = [_error(msg.name, exc, self.pid)] * n
@@ -231,9 +256,13 @@ class Executor:
         self.client.current_task_id = call.task_id
         try:
             result, refs = self._invoke(call)
+            if call.num_returns < 0:
+                returns = self._stream(call.task_id, result, call.num_returns, name,
+                                       call.caller, call.backpressure)
             self.running = b""
-            returns = self._encode_returns(call.task_id, result, call.num_returns, name,
-                                           call.caller)
+            if call.num_returns >= 0:
+                returns = self._encode_returns(call.task_id, result, call.num_returns, name,
+                                               call.caller)
         except BaseException as exc:  # noqa: BLE001
             self.running = b""
             returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
@@ -269,16 +298,45 @@ class Executor:
             try:
                 args, kwargs, refs = unpack_args(call.args, self.client.read)
                 method = getattr(self.instance, call.method)
-                if inspect.iscoroutinefunction(method):
+                if call.num_returns < 0:
+                    returns = await self._stream_async(call, name, method, args, kwargs)
+                elif inspect.iscoroutinefunction(method):
                     result = await method(*args, **kwargs)
                 else:
                     result = await asyncio.get_running_loop().run_in_executor(
                         None, lambda: method(*args, **kwargs))
-                returns = self._encode_returns(call.task_id, result, call.num_returns, name,
-                                               call.caller)
+                if call.num_returns >= 0:
+                    returns = self._encode_returns(call.task_id, result, call.num_returns,
+                                                   name, call.caller)
             except BaseException as exc:  # noqa: BLE001
                 returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
         self._reply(call.caller, call.task_id, returns, refs)
+
+
+    # -- streaming generators ------------------------------------------------------------
+    def _stream(self, task_id: bytes, gen: Any, mode: int, name: str, owner: str,
+                backpressure: int) -> list[m.Value]:
+        def error_of(exc: BaseException) -> m.Value:
+            return _error(name, exc, self.pid)
+
+        if hasattr(gen, "__anext__"):  # an async generator outside an async actor
+            return asyncio.run(streaming.run_async(self.client, task_id, gen, mode, owner,
+                                                   backpressure, error_of))
+        return streaming.run(self.client, task_id, gen, mode, owner, backpressure, error_of,
+                             self._shielded)
+
+    async def _stream_async(self, call: m.ActorCall, name: str, method: Any, args: Any,
+                            kwargs: Any) -> list[m.Value]:
+        def error_of(exc: BaseException) -> m.Value:
+            return _error(name, exc, self.pid)
+
+        if inspect.isasyncgenfunction(method):
+            return await streaming.run_async(self.client, call.task_id, method(*args, **kwargs),
+                                             call.num_returns, call.caller, call.backpressure,
+                                             error_of)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self._stream(call.task_id, method(*args, **kwargs), call.num_returns,
+                                       name, call.caller, call.backpressure))
 
 
 def _error(name: str, exc: BaseException, pid: int) -> m.Value:

@@ -1,0 +1,162 @@
+"""Streaming generators, worker side: send each yielded item to the owner as it is made.
+
+Item `i` is the value of object `i + 1` of the task; the task's own return (object 0) is the
+number of items, or for `num_returns="dynamic"` a value that decodes to refs to all of them.
+An exception raised by the generator becomes one more item (an error value) and ends it.
+With backpressure, the generator pauses once `backpressure` items are unconsumed, until the
+owner acknowledges (GeneratorAck) that it took some.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from zmesh.generators import DYNAMIC, DynamicItems
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.ids import IdGen
+
+ErrorOf = Callable[[BaseException], m.Value]
+
+
+class _Pace:
+    """How many items the owner consumed, for a generator paused by backpressure."""
+
+    def __init__(self) -> None:
+        self.consumed = 0
+        self.cond = threading.Condition()
+        self.aio: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def ack(self, consumed: int) -> None:
+        with self.cond:
+            self.consumed = max(self.consumed, consumed)
+            self.cond.notify_all()
+            waiters, self.aio = self.aio, []
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_settle, fut)
+
+    def wait_room(self, produced: int, limit: int) -> None:
+        with self.cond:
+            while produced - self.consumed >= limit:
+                # wakes at least every second, so that a cancel (an async exception) lands
+                self.cond.wait(1.0)
+
+    async def wait_room_async(self, produced: int, limit: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            with self.cond:
+                if produced - self.consumed < limit:
+                    return
+                fut: asyncio.Future[None] = loop.create_future()
+                self.aio.append((loop, fut))
+            await fut
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+_paces: dict[bytes, _Pace] = {}
+_registered: set[int] = set()
+_lock = threading.Lock()
+
+
+def _pace(client: Any, task_id: bytes) -> _Pace:
+    with _lock:
+        if id(client) not in _registered:
+            _registered.add(id(client))
+            client.loop.on(m.GeneratorAck, _on_ack)
+        pace = _paces[task_id] = _Pace()
+    return pace
+
+
+def _on_ack(sender: str, msg: m.GeneratorAck, bufs: list[Any]) -> None:
+    pace = _paces.get(msg.task_id)
+    if pace is not None:
+        pace.ack(msg.consumed)
+
+
+class _Sender:
+    """Encodes and sends the items of one generator."""
+
+    def __init__(self, client: Any, task_id: bytes, owner: str,
+                 shield: Callable[[], AbstractContextManager[None]] | None = None) -> None:
+        self.shield = shield or contextlib.nullcontext
+        self.client = client
+        self.task_id = task_id
+        self.owner = owner
+        self.count = 0
+
+    def item(self, obj: Any) -> None:
+        with self.shield():
+            self._item(obj)
+
+    def _item(self, obj: Any) -> None:
+        value, nested = self.client.encode(obj, IdGen.object_id(self.task_id, self.count + 1))
+        if nested:  # the owner may hand these refs on: keep them for whoever receives them
+            self.client.objects.mark_escaped([r.id for r in nested])
+        self.client.send_direct(self.owner, m.GeneratorItem(
+            task_id=self.task_id, index=self.count, value=value, worker=self.client.address))
+        self.count += 1
+
+    def value(self, value: m.Value) -> None:
+        """The last item: the error that ended the generator."""
+        self.client.send_direct(self.owner, m.GeneratorItem(
+            task_id=self.task_id, index=self.count, value=value, worker=self.client.address))
+        self.count += 1
+
+    def result(self, mode: int) -> list[m.Value]:
+        obj: Any = self.count
+        if mode == DYNAMIC:
+            obj = DynamicItems(self.task_id, self.owner, self.count)
+        value, _ = self.client.encode(obj, IdGen.object_id(self.task_id, 0))
+        return [value]
+
+
+def run(client: Any, task_id: bytes, gen: Any, mode: int, owner: str, backpressure: int,
+        error_of: ErrorOf, shield: Callable[[], AbstractContextManager[None]] | None = None
+        ) -> list[m.Value]:
+    """Iterate a (sync) generator on this thread, streaming its items; the task's returns.
+
+    `shield()` holds off a cancel while an item is sent (it raises the cancel after), so
+    that an interrupted send cannot leave the owner waiting for an item that never comes.
+    """
+    sender = _Sender(client, task_id, owner, shield)
+    pace = _pace(client, task_id) if backpressure else None
+    try:
+        if not hasattr(gen, "__next__"):
+            raise TypeError(f"a streaming task must return a generator (yield its items), "
+                            f"got {type(gen).__name__}")
+        for item in gen:
+            sender.item(item)
+            if pace is not None:
+                pace.wait_room(sender.count, backpressure)
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything
+        sender.value(error_of(exc))
+    finally:
+        if pace is not None:
+            _paces.pop(task_id, None)
+    return sender.result(mode)
+
+
+async def run_async(client: Any, task_id: bytes, agen: Any, mode: int, owner: str,
+                    backpressure: int, error_of: ErrorOf) -> list[m.Value]:
+    """Iterate an async generator on the actor's event loop, streaming its items."""
+    sender = _Sender(client, task_id, owner)
+    pace = _pace(client, task_id) if backpressure else None
+    try:
+        async for item in agen:
+            sender.item(item)
+            if pace is not None:
+                await pace.wait_room_async(sender.count, backpressure)
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything
+        sender.value(error_of(exc))
+    finally:
+        if pace is not None:
+            _paces.pop(task_id, None)
+    return sender.result(mode)
