@@ -99,7 +99,26 @@ def _resolve_address(address: str) -> tuple[str, str]:
         for info in running_nodes():
             if info.get("address") == f"tcp://{host}:{port}":
                 return str(info["ipc"]), str(info["session_dir"])
+    _probe_tcp(host, int(port))
     return f"tcp://{host}:{port}", ""
+
+
+def _probe_tcp(host: str, port: int, timeout: float = 3.0) -> None:
+    """Fail at once, with the reason, when nothing listens at host:port; ZeroMQ itself would
+    retry silently until the registration timed out."""
+    import socket
+
+    try:
+        socket.create_connection((host.strip("[]"), port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        raise ConnectionError(
+            f"no zmesh node at {host}:{port}: connection refused. Check the address (`zmesh "
+            "node` prints it; `zmesh status` lists the members) or start one there with "
+            "`zmesh node`") from None
+    except OSError as exc:
+        raise ConnectionError(
+            f"cannot reach a zmesh node at {host}:{port}: {exc.strerror or exc}. Check the host "
+            "and port, and that no firewall blocks it") from None
 
 
 def shutdown() -> None:

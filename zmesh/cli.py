@@ -85,11 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zmesh",
         description="zmesh: a brokerless actor and task runtime for Python on ZeroMQ.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"zmesh {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(subparsers)
+    for sub in subparsers.choices.values():
+        sub.allow_abbrev = False  # `--num-cpu` is an error, never a silent `--num-cpus`
     return parser
 
 

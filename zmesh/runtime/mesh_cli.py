@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import signal
@@ -56,6 +57,10 @@ def run_node(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
 
+    # an operator's node logs what happens to the mesh (members joining, leaving, dying)
+    logging.basicConfig(level=os.environ.get("ZMESH_LOG_LEVEL", "INFO"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
     session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
     argv = ["--session-dir", session_dir, "--num-cpus", str(args.num_cpus),
             "--num-gpus", str(args.num_gpus), "--resources", args.resources,
@@ -98,6 +103,7 @@ def _entry_address(address: str | None) -> str:
     if not nodes:
         raise ZmeshError("no running zmesh node on this machine; start one with `zmesh node` "
                          "or pass --address HOST:PORT")
+    nodes.sort(key=lambda n: not n.get("standalone"))  # a `zmesh node` before private ones
     return str(nodes[0]["address"])
 
 
@@ -127,12 +133,10 @@ def _rows(kind: str, state: dict[str, Any]) -> list[dict[str, Any]]:
                          "resources": n["Resources"], "available": n["Available"],
                          "labels": n["Labels"]})
         return rows
+    if kind == "actors":
+        return _actor_rows(state)
     for node_id, got in state["per_node"].items():
-        if kind == "actors":
-            for actor_id, a in (got.get("actors") or {}).items():
-                if isinstance(a, dict) and "class_name" in a:
-                    rows.append({"actor_id": actor_id, "node_id": node_id, **a})
-        elif kind == "placement-groups":
+        if kind == "placement-groups":
             for pg in (got.get("placement_groups") or {}).values():
                 if isinstance(pg, dict) and "placement_group_id" in pg:
                     rows.append({"node_id": node_id, **pg})
@@ -147,6 +151,26 @@ def _rows(kind: str, state: dict[str, Any]) -> list[dict[str, Any]]:
         elif kind == "objects":
             st = got.get("store") or {}
             rows.append({"node_id": node_id, **st})
+    return rows
+
+
+def _actor_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per actor. Several nodes know an actor (its home, the node running it, the
+    nodes that forwarded it); the row of the node running it wins, else the first seen."""
+    best: dict[str, dict[str, Any]] = {}
+    for node_id, got in state["per_node"].items():
+        for actor_id, a in (got.get("actors") or {}).items():
+            if not (isinstance(a, dict) and "class_name" in a):
+                continue
+            row = {"actor_id": actor_id, "node_id": node_id, **a}
+            hosted = bool(row.pop("hosted", False))
+            if actor_id not in best or (hosted and not best[actor_id]["_hosted"]):
+                best[actor_id] = {**row, "_hosted": hosted}
+    rows = []
+    for row in best.values():
+        if not row.pop("_hosted"):
+            row["node_id"] = ""  # no node that runs it answered: do not guess
+        rows.append(row)
     return rows
 
 
@@ -203,18 +227,19 @@ def run_status(args: argparse.Namespace) -> int:
     for title, kind in (("Actors", "actors"), ("Placement groups", "placement-groups"),
                         ("Pending / infeasible work", "tasks")):
         rows = _rows(kind, state)
-        if kind == "tasks":
-            rows = [r for r in rows if r.get("state") in ("pending", "infeasible")]
+        if kind == "tasks":  # waiting work: not granted or forwarded leases
+            rows = [r for r in rows if r.get("kind") != "lease"
+                    and r.get("state") in ("pending", "infeasible")]
         print(f"{title}: {len(rows)}")
         for r in rows:
             if kind == "actors":
                 print(f"  {r['actor_id'][:12]}  {r['class_name']:<20} {r['state']:<11} "
-                      f"node {r['node_id'][:12]}  {r.get('name', '')}")
+                      f"node {r['node_id'][:12] or '?':<12}  {r.get('name') or ''}")
             elif kind == "placement-groups":
                 print(f"  {r['placement_group_id'][:12]}  {r['strategy']:<13} {r['state']:<8} "
                       f"{r.get('reason', '')}")
             else:
-                print(f"  {r['state']:<10} {r['name']}: {r['reason']}")
+                print(f"  {r['state']:<10} {r['name']}: {r.get('reason') or 'waiting'}")
     print("Object stores:")
     for r in _rows("objects", state):
         used, cap = r.get("used_bytes", r.get("used", "?")), r.get("capacity", "?")
@@ -224,13 +249,16 @@ def run_status(args: argparse.Namespace) -> int:
 
 # -- zmesh stop ----------------------------------------------------------------------------
 def add_stop_command(subparsers: Sub) -> None:
-    p = subparsers.add_parser("stop", help="stop the zmesh nodes started on this machine")
+    p = subparsers.add_parser("stop", help="stop the `zmesh node` processes on this machine "
+                                           "(never the private nodes of running scripts)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
     p.set_defaults(handler=run_stop)
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    nodes = running_nodes()
+    # only nodes started with `zmesh node`: the private nodes of running `zmesh.init()`
+    # scripts and test clusters belong to their processes, which stop them themselves
+    nodes = [n for n in running_nodes() if n.get("standalone")]
     for info in nodes:
         try:
             os.kill(int(info["pid"]), signal.SIGTERM)

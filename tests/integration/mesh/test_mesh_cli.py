@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
+from cli_helpers import start_node, zmesh_cli
 
 
 @pytest.fixture
@@ -17,23 +16,6 @@ def private_tmp(tmp_path: os.PathLike[str]) -> Iterator[dict[str, str]]:
     """An environment whose session root is private, so `zmesh stop` sees only our nodes."""
     env = dict(os.environ, TMPDIR=str(tmp_path))
     yield env
-
-
-def zmesh_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zmesh", *args], env=env, text=True,
-                          capture_output=True, timeout=60)
-
-
-def start_node(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "zmesh", "node", "--num-cpus", "1", *args],
-                            env=env, text=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    ready = proc.stdout.readline()
-    assert ready.startswith("ZMESH-NODE-READY"), ready
-    hostport = ready.split()[3][len("tcp://"):]
-    announce = proc.stdout.readline()
-    assert hostport in announce
-    return proc, hostport
 
 
 def test_two_nodes_status_list_and_a_clean_exit_on_sigint(private_tmp: dict[str, str]) -> None:

@@ -399,8 +399,11 @@ class ActorManager:
                               "bundles_to_node_id": dict(enumerate(nodes.get(g.pg_id) or ()))}
                     for g in self.groups.values()}
         if what == "actors":
+            # every node that knows an actor lists it; `hosted` marks the row of the node that
+            # runs it, so that tools show each actor once
             return {e.spec.actor_id.hex(): {"class_name": e.spec.class_name, "state": e.state,
-                                            "name": e.spec.name, "restarts": e.restarts}
+                                            "name": e.spec.name, "restarts": e.restarts,
+                                            "hosted": not e.proxy and not e.remote}
                     for e in self.actors.values()}
         raise KeyError(f"unknown query {what!r}")
 

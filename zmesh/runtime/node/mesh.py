@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,11 @@ NODE_ID_LABEL = "zmesh.node_id"
 IPC_LABEL = "zmesh.ipc"
 PID_LABEL = "zmesh.pid"
 PUBLISH_PERIOD_S = 0.1
+#: how long a joining node waits to hear from any member before it gives up
+JOIN_TIMEOUT_S = float(os.environ.get("ZMESH_JOIN_TIMEOUT_S", "10"))
+#: what `zmesh node` logs for each membership change (metadata changes are not logged)
+_EVENT_WORDS = {"joined": "joined the mesh", "suspect": "suspected (not answering probes)",
+                "alive": "answering again", "dead": "declared dead", "left": "left the mesh"}
 _MESSAGES = (Probe, ProbeAck, ProbeRequest, Gossip, Join, PushPull)
 
 
@@ -60,8 +66,10 @@ class MeshAgent:
                  labels: dict[str, str], ipc_address: str, pid: int,
                  on_view: Callable[[dict[str, NodeResources]], None],
                  on_gone: Callable[[str, str, str], None],
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 on_join_failed: Callable[[str], None] | None = None) -> None:
         self.loop = loop
+        self._on_join_failed = on_join_failed or (lambda why: logger.error("%s", why))
         self.address = address
         self.node_id = node_id
         self._total = total
@@ -91,8 +99,19 @@ class MeshAgent:
         seeds = [s for s in seeds if s != self.address]
         if seeds:
             self._send_all(self.membership.join(now, seeds))
+            self.loop.call_later(JOIN_TIMEOUT_S, lambda: self._check_joined(seeds))
         self._tick()
         self._publish()
+
+    def _check_joined(self, seeds: list[str]) -> None:
+        """A node told to join that has heard from no member gives up with a clear reason,
+        rather than running on silently as a mesh of one."""
+        if any(info.address != self.address for info in self.membership.members().values()):
+            return
+        names = ", ".join(s.removeprefix("tcp://") for s in seeds)
+        self._on_join_failed(
+            f"no zmesh node answered at {names} within {JOIN_TIMEOUT_S:g}s: check the address "
+            "and that a node runs there (and that --token matches)")
 
     def leave(self) -> None:
         """Announce a graceful leave to a few members (the rest hear it by gossip)."""
@@ -144,6 +163,9 @@ class MeshAgent:
             if node_id:
                 self.node_address[node_id] = ev.address
                 self.node_of[ev.address] = node_id
+            if node_id and node_id != self.node_id and ev.kind.value in _EVENT_WORDS:
+                logger.info("member %s at %s: %s", node_id[:12],
+                            ev.address.removeprefix("tcp://"), _EVENT_WORDS[ev.kind.value])
             if ev.kind.value in ("dead", "left") and node_id:
                 why = "left the mesh" if ev.kind.value == "left" else "died"
                 self.dead_nodes[node_id] = why

@@ -23,6 +23,7 @@ import msgspec
 from zmesh.core.resources import NodeResources
 from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Dispatch, Failed, Forward, Infeasible, Pending, Request
+from zmesh.errors import TransportError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
@@ -121,6 +122,7 @@ class Node:
         self.functions: dict[bytes, bytes] = {}
         self.warned: set[tuple[str, str]] = set()
         self.stopping = False
+        self.exit_error: str | None = None  # why the node stopped itself, for its exit status
         self.pool: Any = make_pool(self) if make_pool is not None else WorkerPool(
             self.address, session_dir, self.loop.call_soon, self._worker_exited,
             {"ZMESH_NODE_ID": self.node_id, "ZMESH_STORE_DIR": self.store_dir,
@@ -132,7 +134,8 @@ class Node:
         self.mesh: MeshAgent | None = MeshAgent(
             self.loop, self.mesh_address, self.node_id, total=self.scheduler.total,
             free=self.scheduler.available, labels=self.labels, ipc_address=self.address,
-            pid=os.getpid(), on_view=self._on_view, on_gone=self._node_gone, rng=rng)
+            pid=os.getpid(), on_view=self._on_view, on_gone=self._node_gone, rng=rng,
+            on_join_failed=self._join_failed)
         self.objects = NodeObjects(self)
         self._register_handlers()
 
@@ -173,6 +176,10 @@ class Node:
             if self.mesh is not None:
                 self.mesh.leave()
             self.loop.stop()
+
+    def _join_failed(self, why: str) -> None:
+        self.exit_error = why
+        self.stop(why)
 
     def _on_view(self, view: dict[str, NodeResources]) -> None:
         if self.mesh is not None:
@@ -533,7 +540,7 @@ def _total_memory() -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="zmesh-node")
+    p = argparse.ArgumentParser(prog="zmesh-node", allow_abbrev=False)
     p.add_argument("--session-dir", required=True)
     p.add_argument("--num-cpus", type=float, default=float(os.cpu_count() or 1))
     p.add_argument("--num-gpus", type=float, default=0.0)
@@ -553,19 +560,27 @@ def main(argv: list[str] | None = None) -> None:
     if a.parent_pid:
         set_parent_death_signal(signal.SIGTERM)
     store_mem = a.object_store_memory or int(_total_memory() * 0.3)
-    node = Node(a.session_dir, num_cpus=a.num_cpus, num_gpus=a.num_gpus,
-                resources=resources, object_store_memory=store_mem,
-                parent_pid=a.parent_pid, job_id=a.job_id, host=a.host, port=a.port,
-                labels=labels)
+    try:
+        node = Node(a.session_dir, num_cpus=a.num_cpus, num_gpus=a.num_gpus,
+                    resources=resources, object_store_memory=store_mem,
+                    parent_pid=a.parent_pid, job_id=a.job_id, host=a.host, port=a.port,
+                    labels=labels)
+    except TransportError as exc:
+        if "Address already in use" in str(exc):
+            raise SystemExit(f"zmesh node: port {a.port} on {a.host} is already in use (another "
+                             "zmesh node? `zmesh status`); choose another with --port, or "
+                             "leave it out for a free one") from None
+        raise SystemExit(f"zmesh node: {exc}") from None
     # The loop thread is this thread: hand the stop to the loop rather than act mid-handler.
     signal.signal(signal.SIGTERM, lambda *x: node.loop.call_soon(node.stop, "SIGTERM"))
     signal.signal(signal.SIGINT, lambda *x: node.loop.call_soon(node.stop, "SIGINT"))
     info_path = os.path.join(a.session_dir, "node.json")
     with open(info_path, "w") as f:
         json.dump({"pid": os.getpid(), "node_id": node.node_id, "address": node.mesh_address,
-                   "ipc": node.address}, f)
-    print(f"ZMESH-NODE-READY {node.address} {node.node_id} {node.mesh_address}", flush=True)
-    if a.announce:
+                   "ipc": node.address, "standalone": a.announce}, f)
+    if not a.announce:  # the launcher or test cluster that started us reads this line
+        print(f"ZMESH-NODE-READY {node.address} {node.node_id} {node.mesh_address}", flush=True)
+    else:
         hostport = node.mesh_address[len("tcp://"):]
         print(f"zmesh node {node.node_id} is up at {hostport}\n"
               f"  join it:          zmesh node --join {hostport}\n"
@@ -582,6 +597,8 @@ def main(argv: list[str] | None = None) -> None:
             os.unlink(info_path)
         except OSError:
             pass
+    if node.exit_error:
+        raise SystemExit(f"zmesh node: {node.exit_error}")
 
 
 def _json_arg(flag: str, text: str, kind: type) -> dict[str, Any]:

@@ -147,7 +147,8 @@ def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_ad
 
         worker.main(node_address, session_dir, bytes(rec["id"]))
     except BaseException:
-        if os.path.isdir(session_dir):  # else the node is gone and this start is moot
+        # a node that is gone or going (its socket closed) makes this start moot: stay quiet
+        if os.path.exists(node_address.removeprefix("ipc://")):
             import traceback
 
             traceback.print_exc()
