@@ -97,6 +97,11 @@ class ActorClass:
                     return found  # type: ignore[no-any-return]
                 raise ValueError(f"an actor named {name!r} already exists in namespace "
                                  f"{namespace!r}; use get_if_exists=True to reuse it")
+        max_pending = opts.get("max_pending_calls", -1)
+        if not isinstance(max_pending, int) or isinstance(max_pending, bool) or (
+                max_pending != -1 and max_pending <= 0):
+            raise ValueError(f"max_pending_calls must be a positive int or -1 (no limit), got "
+                             f"{max_pending!r}")
         self._exported.ensure()
         lifetime = opts.get("lifetime")
         if lifetime not in (None, "detached", "non_detached"):
@@ -128,8 +133,10 @@ class ActorClass:
         if nested:
             client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])
         client.actors.create(spec, int(opts.get("max_task_retries", 0)))
-        return ActorHandle(actor_id, self.__name__, self._methods,
-                           int(opts.get("max_task_retries", 0)), owned=True)
+        handle = ActorHandle(actor_id, self.__name__, self._methods,
+                             int(opts.get("max_task_retries", 0)), owned=True)
+        handle._max_pending_calls = max_pending
+        return handle
 
 
 def _substitute(args: tuple[Any, ...], kwargs: dict[str, Any], top: list[Any], vals: list[Any]
@@ -181,6 +188,14 @@ class ActorMethod:
         client = context.current_client()
         handle = self._handle
         rec = handle._record(client)
+        limit = handle._max_pending_calls
+        if limit > 0 and len(rec.pending) >= limit:
+            from zmesh.errors import PendingCallsLimitExceeded
+
+            raise PendingCallsLimitExceeded(
+                f"the call to {handle._class_name}.{self._name} was not submitted: "
+                f"{len(rec.pending)} calls are already pending on this actor handle "
+                f"(max_pending_calls={limit})")
         data, top, nested = pack_args(args, kwargs)
         n = self._num_returns
         # refs first: a call to a dead actor completes on the loop thread at once, and a value
@@ -208,6 +223,7 @@ class ActorHandle:
         self._methods = methods
         self._max_task_retries = max_task_retries
         self._owned = owned
+        self._max_pending_calls = -1  # set by the creator; a passed handle has no limit
 
     def _record(self, client: Any) -> Any:
         return client.actors.track(self._actor_id, self._class_name, self._max_task_retries)

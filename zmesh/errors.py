@@ -46,6 +46,10 @@ class TaskCancelledError(ZmeshError):
     """The task was cancelled with `cancel` before it finished."""
 
 
+class PendingCallsLimitExceeded(ZmeshError):
+    """More calls to an actor are pending from this handle than its `max_pending_calls`."""
+
+
 class WorkerCrashedError(ZmeshSystemError):
     """The worker running a task died (signal, exit code) before it finished."""
 

@@ -256,7 +256,10 @@ class CoreClient:
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         """Values of refs, in order; raises the first error, or GetTimeoutError."""
         deadline = None if timeout is None else self.loop.clock() + timeout
-        vals = self._wait_values(refs, deadline)
+        vals = self._wait_values(refs, deadline, fail_fast=len(refs) > 1)
+        failed = next((v for v in vals if v is not None and v.is_error), None)
+        if failed is not None:  # as Ray: the first failure raises without waiting for the rest
+            values.raise_if_error(failed, values.decode(failed, self.read))
         out = []
         for ref, v in zip(refs, vals):
             try:
@@ -309,7 +312,10 @@ class CoreClient:
             return None  # no retries left: the task was not run again
         return self._wait_values([ref], deadline)[0]
 
-    def _wait_values(self, refs: Sequence[ObjectRef], deadline: float | None) -> list[m.Value]:
+    def _wait_values(self, refs: Sequence[ObjectRef], deadline: float | None,
+                     fail_fast: bool = False) -> list[m.Value]:
+        """The refs' values once all are ready; with fail_fast, as soon as one is an error
+        (the others may then be None)."""
         entries = self.objects.entries
         result: list[m.Value | None] = []
         missing: list[int] = []
@@ -322,7 +328,7 @@ class CoreClient:
         if not missing:
             return result  # type: ignore[return-value]
         self._request_borrowed([refs[i] for i in missing])
-        waiter = _Countdown(len(missing))
+        waiter = _Countdown(len(missing), fail_fast)
         for i in missing:
             if not self.objects.when_ready(refs[i].id, waiter.hit):
                 raise ObjectLostError(f"{refs[i]!r} is no longer referenced by this process")
@@ -479,16 +485,17 @@ class _Countdown:
     """Sets `event` once `hit` has been called `n` times, from any threads (the loop's
     callbacks race the registering thread's immediate ones, hence the lock)."""
 
-    __slots__ = ("left", "event", "_lock")
+    __slots__ = ("left", "event", "_lock", "_fail_fast")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, fail_fast: bool = False) -> None:
         self.left = n
         self.event = threading.Event()
         self._lock = threading.Lock()
+        self._fail_fast = fail_fast  # an error value ends the wait at once
 
     def hit(self, value: Any) -> None:
         with self._lock:
             self.left -= 1
-            done = self.left <= 0
+            done = self.left <= 0 or (self._fail_fast and getattr(value, "is_error", False))
         if done:
             self.event.set()
