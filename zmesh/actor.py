@@ -127,7 +127,9 @@ class ActorClass:
             detached=lifetime == "detached", max_restarts=int(opts.get("max_restarts", 0)),
             max_concurrency=int(max_conc), is_async=is_async,
             env_vars=env_vars_of(opts, client.default_env),
-            strategy=encode_strategy(opts.get("scheduling_strategy")),
+            strategy=(client.inherited_strategy if "scheduling_strategy" not in opts
+                      and client.inherited_strategy
+                      else encode_strategy(opts.get("scheduling_strategy"))),
             labels=labels_of(opts),
             fn_blob=self._exported.blob)
         if nested:

@@ -23,12 +23,35 @@ def encode_strategy(strategy: Any, *, pg_default: Any = None) -> bytes:
         return msgspec.msgpack.encode(["spread"])
     kind = type(strategy).__name__
     if kind == "PlacementGroupSchedulingStrategy":
+        from zmesh.util.placement_group import check_bundle_index
+
         pg = strategy.placement_group
-        return msgspec.msgpack.encode(["pg", pg.id.hex(), int(strategy.placement_group_bundle_index)])
+        check_bundle_index(pg, strategy.placement_group_bundle_index)
+        # the capture flag and the bundles travel along, for the work's own children
+        return msgspec.msgpack.encode(["pg", pg.id.hex(), int(strategy.placement_group_bundle_index),
+                                       bool(strategy.placement_group_capture_child_tasks),
+                                       list(pg.bundle_specs)])
     if kind == "NodeAffinitySchedulingStrategy":
         return msgspec.msgpack.encode(["node", str(strategy.node_id), bool(strategy.soft)])
     raise ValueError(f"unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD', "
                      "PlacementGroupSchedulingStrategy or NodeAffinitySchedulingStrategy")
+
+
+def placement_of(data: bytes) -> tuple[Any, bytes]:
+    """(the placement group, the strategy its children inherit or b"") for work placed with
+    these strategy bytes; (None, b"") outside a group."""
+    if not data:
+        return None, b""
+    parts = msgspec.msgpack.decode(data)
+    if parts[0] != "pg":
+        return None, b""
+    from zmesh.util.placement_group import PlacementGroup
+
+    bundles = list(parts[4]) if len(parts) > 4 else []
+    pg = PlacementGroup(bytes.fromhex(parts[1]), bundles, None)
+    capture = len(parts) > 3 and bool(parts[3])
+    inherited = msgspec.msgpack.encode(["pg", parts[1], -1, True, bundles]) if capture else b""
+    return pg, inherited
 
 
 def decode_strategy(data: bytes) -> Strategy:

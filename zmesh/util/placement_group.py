@@ -41,6 +41,12 @@ class PlacementGroup:
     def __reduce__(self) -> Any:
         return (PlacementGroup, (self.id, self.bundle_specs, None))
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlacementGroup) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
     def __repr__(self) -> str:
         return f"PlacementGroup({self.id.hex()[:12]}, {len(self.bundle_specs)} bundles)"
 
@@ -48,11 +54,13 @@ class PlacementGroup:
 def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
                     lifetime: str | None = None, **_ignored: Any) -> PlacementGroup:
     """Reserve `bundles` with `strategy` (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD)."""
+    _validate_bundles(bundles)
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown placement strategy {strategy!r}; use one of {STRATEGIES}")
-    if not bundles or not all(isinstance(b, dict) and b for b in bundles):
-        raise ValueError("placement_group needs a non-empty list of non-empty resource dicts")
-    clean = [{k: float(v) for k, v in b.items()} for b in bundles]
+        raise ValueError(f"invalid placement group strategy {strategy!r}; the supported "
+                         f"strategies are {STRATEGIES}")
+    if lifetime not in (None, "detached"):
+        raise ValueError(f"placement group lifetime must be None or 'detached', got {lifetime!r}")
+    clean = [{k: float(v) for k, v in b.items() if v} for b in bundles]
     client = context.current_client()
     pg_id = random_id(14)
     ready_id = IdGen.object_id(client.ids.task_id(), 0)
@@ -62,6 +70,38 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
         pg_id=pg_id, bundles=clean, strategy=strategy, name=name, owner=client.address,
         detached=lifetime == "detached"))
     return PlacementGroup(pg_id, clean, ref)
+
+
+def _validate_bundles(bundles: Any) -> None:
+    """Ray's checks and error type (ValueError): a non-empty list of dicts of str to numbers
+    >= 0, none empty or all zeros."""
+    example = 'for example [{"CPU": 1}, {"GPU": 1}]'
+    if not isinstance(bundles, list):
+        raise ValueError(f"placement group bundles must be a list, got {type(bundles).__name__}")
+    if not bundles:
+        raise ValueError(f"bundles must be a non-empty list of resource dicts ({example}); "
+                         "got an empty list")
+    for i, bundle in enumerate(bundles):
+        if not isinstance(bundle, dict) or not all(isinstance(k, str) for k in bundle) or \
+                not all(isinstance(v, int | float) and not isinstance(v, bool)
+                        for v in bundle.values()):
+            raise ValueError(f"bundles must be a non-empty list of resource dicts ({example}); "
+                             f"bundle {i} is {bundle!r}")
+        if any(v < 0 for v in bundle.values()):
+            raise ValueError(f"bundle {i} asks for a negative amount: {bundle!r}")
+        if not bundle or all(v == 0 for v in bundle.values()):
+            raise ValueError(f"bundles cannot be an empty dict or hold only 0 values; bundle {i} "
+                             f"is {bundle!r}")
+
+
+def check_bundle_index(pg: PlacementGroup, index: int) -> None:
+    """Ray's check_placement_group_index: -1 (any bundle) or 0..bundle_count-1."""
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"placement_group_bundle_index must be an int, got {index!r}")
+    count = pg.bundle_count
+    if index < -1 or (count and index >= count):
+        raise ValueError(f"placement group bundle index {index} is invalid: valid indexes are "
+                         f"0-{count - 1} (or -1 for any bundle)")
 
 
 def remove_placement_group(pg: PlacementGroup) -> None:
@@ -80,8 +120,10 @@ def placement_group_table(pg: PlacementGroup | None = None) -> dict[str, Any]:
 
 
 def get_current_placement_group() -> PlacementGroup | None:
-    """The placement group the current task or actor runs in (None here)."""
-    return None
+    """The placement group the current task or actor runs in (None in the driver or outside
+    a group)."""
+    client = context.maybe_client()
+    return getattr(client, "current_placement_group", None) if client is not None else None
 
 
 def on_state(client: Any, msg: m.PlacementGroupState) -> None:

@@ -61,7 +61,7 @@ def test_strict_spread_of_three_lands_on_three_nodes_and_work_follows_its_bundle
     pg = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD")
     assert pg.wait(30)
     table = placement_group_table(pg)
-    assert table["state"] == "READY"
+    assert table["state"] == "CREATED"
     layout = table["bundles_to_node_id"]
     assert set(layout.values()) == {n.node_id for n in cluster.list_all_nodes()}
     got = zmesh.get([where.options(scheduling_strategy=in_bundle(pg, i)).remote()

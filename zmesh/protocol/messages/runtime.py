@@ -311,6 +311,7 @@ class ExecuteTask(Message, tag=50):
     namespace: str = ""  # the submitter's namespace: get_actor inside the task looks there
     resources: dict[str, float] = {}  # what the task holds, for get_assigned_resources()
     backpressure: int = 0  # a streaming generator pauses with this many items unconsumed
+    strategy: bytes = b""  # how it was placed: its placement group, for its own children
 
 
 class TaskResult(Message, tag=51):

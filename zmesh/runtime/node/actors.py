@@ -22,6 +22,7 @@ from zmesh.core.scheduling import (
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.placement import ReleaseBundles
 from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.node import group_table
 from zmesh.runtime.node.names import ActorDirectory
 from zmesh.runtime.strategies import decode_strategy
 
@@ -63,6 +64,9 @@ class GroupEntry:
     state: str = "pending"
     reason: str = ""
     detached: bool = False
+    created_at: float = field(default_factory=group_table.now)
+    ready_at: float = 0.0
+    attempts: int = 1
 
 
 class ActorManager:
@@ -73,6 +77,7 @@ class ActorManager:
         self.actors: dict[bytes, ActorEntry] = {}
         self.named: dict[tuple[str, str], bytes] = {}
         self.groups: dict[str, GroupEntry] = {}
+        self.removed_groups = group_table.RemovedGroups()
         self.waiting_for_worker: list[Any] = []
         self.names = ActorDirectory(self)
         self.early_subscribers: dict[bytes, set[str]] = {}
@@ -346,17 +351,19 @@ class ActorManager:
         if isinstance(d, PGReady):
             group = self.groups.get(d.pg_id)
             if group is not None:
+                group.ready_at = group.ready_at or group_table.now()
                 self._pg_state(group, "ready", "")
         elif isinstance(d, PGPending | PGInfeasible):
             group = self.groups.get(d.pg_id)
             if group is not None and group.reason != d.reason:
+                group.attempts += 1
                 self._pg_state(group, "pending", d.reason)
                 if isinstance(d, PGInfeasible):
                     self.node.warn(group.owner, f"placement group {group.name or d.pg_id}",
                                    f"placement group {group.name or d.pg_id!r} cannot be "
                                    f"placed: {d.reason}")
         elif isinstance(d, PGRemoved):
-            self.groups.pop(d.pg_id, None)
+            self._forget_pg(self.groups.pop(d.pg_id, None))
             for wid in d.affected_work_ids:
                 self._evict(wid)
 
@@ -388,16 +395,20 @@ class ActorManager:
                 self.node.loop.send(address, ReleaseBundles(pg_id=pg_id))
             return
         group.state = "removed"
+        self._forget_pg(group)
         self.node.apply(self.node.scheduler.remove_placement_group(pg_id))
+
+    def _forget_pg(self, group: GroupEntry | None) -> None:
+        if group is not None:
+            self.removed_groups.add(group_table.row(group, None, "REMOVED"))
 
     def answer(self, what: str, arg: bytes) -> Any:
         if what == "placement_groups":
             nodes = {i.pg_id: i.nodes for i in self.node.scheduler.placement_groups()}
-            return {g.pg_id: {"placement_group_id": g.pg_id, "name": g.name,
-                              "bundles": dict(enumerate(g.bundles)), "strategy": g.strategy,
-                              "state": g.state.upper(), "reason": g.reason,
-                              "bundles_to_node_id": dict(enumerate(nodes.get(g.pg_id) or ()))}
-                    for g in self.groups.values()}
+            table = dict(self.removed_groups.rows)
+            table.update((g.pg_id, group_table.row(g, nodes.get(g.pg_id)))
+                         for g in self.groups.values())
+            return table
         if what == "actors":
             # every node that knows an actor lists it; `hosted` marks the row of the node that
             # runs it, so that tools show each actor once

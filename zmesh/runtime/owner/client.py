@@ -93,6 +93,8 @@ class CoreClient:
         self.current_task_id: bytes = b""
         self.current_actor_id: bytes = b""
         self.current_actor_class: Any = None  # the user's class, in an actor's worker
+        self.current_placement_group: Any = None  # the group the running work was placed in
+        self.inherited_strategy = b""  # its strategy, when it captures its child tasks
         self.blocked_hook: Callable[[bool], None] | None = None
         loop = self.loop
         loop.on(m.ClientRegistered, self._on_registered)

@@ -206,7 +206,7 @@ class TaskSubmitter:
             fn_blob=blob, env_vars={**task.env_vars, **lease.gpu_env} if lease.gpu_env
             else task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
             namespace=self.client.namespace, resources=task.resources,
-            backpressure=task.backpressure))
+            backpressure=task.backpressure, strategy=task.strategy))
 
     def _arm_idle(self, lease: Lease) -> None:
         lease.idle_timer += 1

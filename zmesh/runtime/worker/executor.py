@@ -25,6 +25,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
+from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.worker import logs, streaming
 from zmesh.task_error import capture
 
@@ -129,6 +130,7 @@ class Executor:
         logs.set_prefix(f"({msg.name} pid={self.pid})")
         client.current_task_id = msg.task_id
         client.assigned_resources = msg.resources
+        client.current_placement_group, client.inherited_strategy = placement_of(msg.strategy)
         client.namespace = msg.namespace or "default"
         self.running = msg.task_id
         refs: list[Any] = []
@@ -153,6 +155,7 @@ class Executor:
         finally:
             _restore_env(saved_env)
             client.current_task_id = b""
+            client.current_placement_group, client.inherited_strategy = None, b""
         self._reply(msg.owner, msg.task_id, returns, refs)
 
     def _resolve_pending(self, msg: m.ExecuteTask) -> m.Args:
@@ -221,6 +224,7 @@ class Executor:
         client.current_actor_id = spec.actor_id
         client.assigned_resources = dict(spec.resources)
         client.namespace = spec.namespace or client.namespace
+        client.current_placement_group, client.inherited_strategy = placement_of(spec.strategy)
         _apply_env(spec.env_vars)
         logs.set_prefix(f"({spec.class_name} pid={self.pid})")
         try:
