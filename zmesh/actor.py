@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -55,10 +56,15 @@ class ActorClass:
         if cls is None or name.startswith("__"):
             raise AttributeError(name)
         try:
-            return getattr(cls, name)
+            value = getattr(cls, name)
         except AttributeError:
             raise AttributeError(f"actor class {cls.__name__} has no attribute {name!r}"
                                  ) from None
+        if inspect.isfunction(value):
+            # a wrapper, not the function itself: cloudpickle finds a function by its
+            # qualname ("Cls.method") and would pickle it by reference to the driver's module
+            return functools.partial(value)
+        return value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor class {self.__name__} cannot be instantiated directly; "
