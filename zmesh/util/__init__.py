@@ -1,6 +1,12 @@
-"""zmesh.util: placement groups and scheduling strategies, under Ray's names."""
+"""zmesh.util: placement groups, scheduling strategies, ActorPool, as_completed and the
+other helpers of Ray's `ray.util`, under Ray's names (`zmesh.util.queue.Queue` and
+`zmesh.util.multiprocessing.Pool` are submodules, as in Ray)."""
 
 from zmesh.util import scheduling_strategies
+from zmesh.util.actor_pool import ActorPool
+from zmesh.util.inspect import inspect_serializability
+from zmesh.util.iterators import as_completed, map_unordered
+from zmesh.util.nodes import get_node_ip_address, list_named_actors
 from zmesh.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
@@ -10,7 +16,13 @@ from zmesh.util.placement_group import (
 )
 
 __all__ = [
+    "ActorPool",
     "PlacementGroup",
+    "as_completed",
+    "get_node_ip_address",
+    "inspect_serializability",
+    "list_named_actors",
+    "map_unordered",
     "get_current_placement_group",
     "placement_group",
     "placement_group_table",

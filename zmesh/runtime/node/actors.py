@@ -414,7 +414,8 @@ class ActorManager:
             # runs it, so that tools show each actor once
             return {e.spec.actor_id.hex(): {"class_name": e.spec.class_name, "state": e.state,
                                             "name": e.spec.name, "restarts": e.restarts,
-                                            "hosted": not e.proxy and not e.remote}
+                                            "hosted": not e.proxy and not e.remote,
+                                            "namespace": e.spec.namespace}
                     for e in self.actors.values()}
         raise KeyError(f"unknown query {what!r}")
 
