@@ -392,9 +392,11 @@ class CoreClient:
         return out_ready, rest
 
     def future_of(self, ref: ObjectRef) -> Future[Any]:
+        """A future of the ref's value. The pending callback keeps the ref alive: the caller
+        may drop it (`await f.remote()` keeps no variable) and the value must still arrive."""
         fut: Future[Any] = Future()
 
-        def done(value: m.Value) -> None:
+        def done(value: m.Value, keep: ObjectRef = ref) -> None:
             try:
                 fut.set_result(values.raise_if_error(value, values.decode(value, self.read)))
             except BaseException as exc:
