@@ -55,6 +55,7 @@ class ClientRegistered(Message, tag=21):
     node_address: str
     store_dir: str
     job_id: str
+    pid: int = 0  # the node's process: a client on the same machine watches it
 
 
 class ExportFunction(Message, tag=22):
@@ -92,9 +93,11 @@ class LeaseFailed(Message, tag=25):
 
 
 class ReturnLease(Message, tag=26):
-    """The owner gives a leased worker back to the node."""
+    """The owner gives a leased worker back to the node (or its node does, for an owner
+    that died: then the worker may still run the owner's tasks and is stopped)."""
 
     lease_id: bytes
+    owner_died: bool = False
 
 
 class RevokeLease(Message, tag=27):
@@ -182,7 +185,8 @@ class AllocObject(Message, tag=34):
     request_id: int
     object_id: bytes
     size: int
-    owner: str
+    owner: str  # the writer (its unsealed objects go when it dies)
+    for_owner: str = ""  # the object's owner when not the writer (a task's caller)
 
 
 class AllocReply(Message, tag=35):

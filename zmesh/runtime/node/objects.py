@@ -39,6 +39,10 @@ class NodeObjects:
         # Seal travels on the writer's connection, the reader's pin or a peer's chunk request
         # on another, so they can overtake it: they wait here for the seal.
         self._unsealed: dict[bytes, list[Callable[[], None]]] = {}
+        # Objects stored here by owner, so that an owner's death frees them (nobody else
+        # would: the owner's FreeObjects is what frees an object).
+        self._owner_of: dict[bytes, str] = {}
+        self._owned: dict[str, set[bytes]] = {}
 
     def register(self, loop: EventLoop) -> None:
         self.transfer.register(loop, handle_free=False)
@@ -113,7 +117,33 @@ class NodeObjects:
             retry()
 
     # -- frees -----------------------------------------------------------------------------
+    def note_owner(self, object_id: bytes, owner: str) -> None:
+        """`owner` owns the object just allocated here."""
+        self._owner_of[object_id] = owner
+        self._owned.setdefault(owner, set()).add(object_id)
+
+    def owner_gone(self, owner: str) -> None:
+        """A dead owner's objects will never be freed by it: free them now, with every copy."""
+        ids = self._owned.pop(owner, set())
+        for oid in ids:
+            self._owner_of.pop(oid, None)
+        if ids:
+            self.transfer.free(list(ids))
+            for oid in ids:
+                self._wake(oid)
+
+    def _forget_owner(self, object_ids: list[bytes]) -> None:
+        for oid in object_ids:
+            owner = self._owner_of.pop(oid, None)
+            if owner is not None:
+                owned = self._owned.get(owner)
+                if owned is not None:
+                    owned.discard(oid)
+                    if not owned:
+                        del self._owned[owner]
+
     def on_free(self, sender: str, msg: m.FreeObjects, bufs: list[Any]) -> None:
+        self._forget_owner(msg.object_ids)
         self.transfer.free(msg.object_ids)
         for oid in msg.object_ids:  # waiters for a seal that will not come now fail
             self._wake(oid)

@@ -25,6 +25,7 @@ from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Dispatch, Failed, Forward, Infeasible, Pending, Request
 from zmesh.errors import TransportError
 from zmesh.protocol.messages import runtime as m
+from zmesh.protocol.messages.common import Ping, Pong
 from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
@@ -36,6 +37,7 @@ from zmesh.runtime.node.mesh import MeshAgent
 from zmesh.runtime.node.objects import NodeObjects
 from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
+from zmesh.runtime.owner.node_watch import node_timeout_s
 from zmesh.runtime.strategies import decode_strategy
 from zmesh.store.object_store import ObjectStore
 from zmesh.store.sweep import (
@@ -52,6 +54,7 @@ from zmesh.transports.base import Endpoint
 logger = logging.getLogger("zmesh.node")
 
 LIVENESS_PERIOD_S = 0.25
+STOP_GRACE_S = 2.0  # a dead owner's busy worker gets SIGTERM, then SIGKILL after this
 
 
 @dataclass(eq=False)
@@ -60,6 +63,7 @@ class ClientInfo:
     kind: str
     pid: int
     log_to_driver: bool
+    seen: float = 0.0  # when it last pinged (a driver over tcp is dead after long silence)
 
 
 @dataclass(eq=False)
@@ -122,6 +126,7 @@ class Node:
         self.functions: dict[bytes, bytes] = {}
         self.warned: set[tuple[str, str]] = set()
         self.stopping = False
+        self.client_timeout = node_timeout_s()
         self.exit_error: str | None = None  # why the node stopped itself, for its exit status
         self.pool: Any = make_pool(self) if make_pool is not None else WorkerPool(
             self.address, session_dir, self.loop.call_soon, self._worker_exited,
@@ -143,6 +148,7 @@ class Node:
     def _register_handlers(self) -> None:
         on = self.loop.on
         on(m.RegisterClient, self._on_register)
+        on(Ping, self._on_ping)
         on(m.ExportFunction, lambda s, msg, b: self.functions.__setitem__(msg.fn_id, msg.blob))
         on(m.RequestLease, self._on_request_lease)
         on(m.ReturnLease, self._on_return_lease)
@@ -209,10 +215,11 @@ class Node:
 
     # -- clients ---------------------------------------------------------------------------
     def _on_register(self, sender: str, msg: m.RegisterClient, bufs: list[Any]) -> None:
-        self.clients[msg.address] = ClientInfo(msg.address, msg.kind, msg.pid, msg.log_to_driver)
+        self.clients[msg.address] = ClientInfo(msg.address, msg.kind, msg.pid, msg.log_to_driver,
+                                               seen=self.loop.clock())
         self.loop.send(msg.address, m.ClientRegistered(
             node_id=self.node_id, node_address=self.address, store_dir=self.store_dir,
-            job_id=self.job_id))
+            job_id=self.job_id, pid=os.getpid()))
         if msg.kind == "worker":
             self._worker_ready(msg)
 
@@ -220,22 +227,55 @@ class Node:
         if self.parent_pid and not pid_alive(self.parent_pid):
             self.stop("the driver that started this node exited")
             return
+        silent_limit = self.loop.clock() - self.client_timeout
         for client in list(self.clients.values()):
-            # Only a client on this machine (ipc) has a pid we can check.
-            if client.kind == "driver" and client.address.startswith("ipc://") and \
-                    not pid_alive(client.pid):
+            if client.kind != "driver":
+                continue
+            # A client on this machine (ipc) has a pid we can check; one over tcp pings.
+            if client.address.startswith("ipc://"):
+                if not pid_alive(client.pid):
+                    self._client_gone(client.address)
+            elif client.seen < silent_limit:
+                logger.info("driver %s silent for %.0fs: taken as dead", client.address,
+                            self.loop.clock() - client.seen)
                 self._client_gone(client.address)
         self.loop.call_later(LIVENESS_PERIOD_S, self._check_liveness)
 
+    def _on_ping(self, sender: str, msg: Ping, bufs: list[Any]) -> None:
+        client = self.clients.get(sender)
+        if client is not None:
+            client.seen = self.loop.clock()
+        self.loop.send(sender, Pong(seq=msg.seq))
+
     def _client_gone(self, address: str) -> None:
+        """A driver or worker died: what it owned goes, on every node (its leases' workers
+        stop, even mid-task; its actors, placement groups, objects and pins are freed)."""
         self.clients.pop(address, None)
         for lease in [le for le in self.leases.values() if le.owner == address]:
             if lease.remote:
-                self.forwarder.return_remote(lease)
+                self.forwarder.return_remote(lease, owner_died=True)
             else:
+                self._stop_lease_worker(lease)
                 self._release_lease(lease)
         self.actors.owner_died(address)
         self._store_call(self.store.release_client, address)
+        self.objects.owner_gone(address)
+
+    def _stop_lease_worker(self, lease: LeaseInfo) -> None:
+        """The lease's owner died: its worker may be running or holding queued tasks of that
+        owner, so it stops (SIGTERM, SIGKILL after a grace period) instead of going idle."""
+        info = lease.worker
+        if info is None or info.state != "leased":
+            return
+        info.state = "stopping"
+        info.lease_id = b""
+        self.pool.kill(info, signal.SIGTERM)
+
+        def force() -> None:
+            if info.state != "dead":
+                self.pool.kill(info, signal.SIGKILL)
+
+        self.loop.call_later(STOP_GRACE_S, force)
 
     # -- workers and leases ----------------------------------------------------------------
     def _prestart(self) -> None:
@@ -377,8 +417,10 @@ class Node:
         if lease is None:
             return
         if lease.remote:
-            self.forwarder.return_remote(lease)
+            self.forwarder.return_remote(lease, owner_died=msg.owner_died)
         else:
+            if msg.owner_died:
+                self._stop_lease_worker(lease)
             self._release_lease(lease)
 
     def release_lease(self, lease: LeaseInfo) -> None:
@@ -453,6 +495,7 @@ class Node:
             self.loop.send(sender, m.AllocReply(request_id=msg.request_id,
                                                 error=values.encode_error(exc).data))
             return
+        self.objects.note_owner(msg.object_id, msg.for_owner or msg.owner)
         self.loop.send(sender, m.AllocReply(request_id=msg.request_id, loc=m.StoreLoc(
             node=self.node_id, segment=loc.segment, offset=loc.offset, size=loc.size,
             object_id=msg.object_id)))

@@ -17,6 +17,7 @@ from typing import Any
 
 from zmesh.errors import (
     GetTimeoutError,
+    NodeDiedError,
     ObjectLostError,
     OwnerDiedError,
     TransportError,
@@ -29,6 +30,7 @@ from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner.actor_calls import ActorCaller
+from zmesh.runtime.owner.node_watch import NodeWatch
 from zmesh.runtime.owner.objects import ObjectEntry, ObjectTable
 from zmesh.runtime.owner.submit import TaskSubmitter
 from zmesh.store.mapping import StoreMapper
@@ -113,6 +115,7 @@ class CoreClient:
         loop.on(m.NodeDied, self._on_node_died)
         self.tasks.register(loop)
         self.actors.register(loop)
+        self.node_watch = NodeWatch(loop, node_address, self._on_node_lost)
 
     # -- lifecycle -------------------------------------------------------------------------
     def connect(self, timeout: float = 30.0) -> m.ClientRegistered:
@@ -129,7 +132,18 @@ class CoreClient:
         self.node_id = info.node_id
         self.job_id = info.job_id
         self.mapper = StoreMapper(info.store_dir)
+        if self.kind == "driver":
+            self.loop.call_soon(self.node_watch.start, info.node_id, info.pid)
         return info
+
+    def _on_node_lost(self, why: str) -> None:
+        """Our node died (loop thread): what waits on it fails now, naming the node."""
+        for fut in list(self._requests.values()):
+            if not fut.done():
+                fut.set_exception(NodeDiedError(why))
+        err = values.encode_error(NodeDiedError(why))
+        for oid in list(self.objects.entries):
+            self.objects.set_value(oid, err)
 
     def _on_registered(self, sender: str, msg: m.ClientRegistered, bufs: list[Any]) -> None:
         if not self._registered.done():
@@ -170,6 +184,8 @@ class CoreClient:
         fut: Future[Any] = Future()
         self._requests[rid] = fut
         self.loop.send_threadsafe(self.node_address, make(rid))
+        if self.node_watch.lost:
+            raise NodeDiedError(self.node_watch.lost)
         try:
             return self.loop.wait_future(fut, timeout)
         except TimeoutError:
@@ -192,9 +208,13 @@ class CoreClient:
         return msgspec.msgpack.decode(reply.data)
 
     # -- the store -------------------------------------------------------------------------
-    def allocate(self, object_id: bytes, size: int) -> tuple[m.StoreLoc, memoryview]:
+    def allocate(self, object_id: bytes, size: int, for_owner: str = ""
+                 ) -> tuple[m.StoreLoc, memoryview]:
+        """Space in the node's store; `for_owner`: the object's owner when it is not this
+        process (a task's return), so the node frees it if that owner dies."""
         reply = self.request(lambda rid: m.AllocObject(request_id=rid, object_id=object_id,
-                                                       size=size, owner=self.address))
+                                                       size=size, owner=self.address,
+                                                       for_owner=for_owner))
         if reply.error or reply.loc is None:
             err = values.decode(m.Value(data=reply.error, is_error=True), None)
             raise err if isinstance(err, BaseException) else ZmeshError(str(err))
@@ -224,8 +244,12 @@ class CoreClient:
         with self._map_lock:
             return self.mapper.readable(_loc(reply.loc), unpin)
 
-    def encode(self, obj: Any, object_id: bytes) -> tuple[m.Value, list[ObjectRef]]:
-        return values.encode(obj, object_id, allocate=self.allocate, seal=self.seal)
+    def encode(self, obj: Any, object_id: bytes, for_owner: str = ""
+               ) -> tuple[m.Value, list[ObjectRef]]:
+        if not for_owner:
+            return values.encode(obj, object_id, allocate=self.allocate, seal=self.seal)
+        return values.encode(obj, object_id, seal=self.seal,
+                             allocate=lambda oid, size: self.allocate(oid, size, for_owner))
 
     # -- objects ---------------------------------------------------------------------------
     def make_refs(self, task_id: bytes, n: int) -> list[ObjectRef]:
@@ -329,6 +353,8 @@ class CoreClient:
                 missing.append(i)
         if not missing:
             return result  # type: ignore[return-value]
+        if self.node_watch.lost:  # nothing more will come
+            raise NodeDiedError(self.node_watch.lost)
         self._request_borrowed([refs[i] for i in missing])
         waiter = _Countdown(len(missing), fail_fast)
         for i in missing:

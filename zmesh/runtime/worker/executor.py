@@ -188,7 +188,7 @@ class Executor:
                 raise ValueError(f"{name} returned {len(items)} values; num_returns={num_returns}")
         out = []
         for i, item in enumerate(items):
-            value, nested = self.client.encode(item, IdGen.object_id(task_id, i))
+            value, nested = self.client.encode(item, IdGen.object_id(task_id, i), for_owner=owner)
             if nested:
                 me = self.client.address
                 mine = [r.id for r in nested if r.owner == me]
