@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from cli_helpers import start_node
 from runtime_fixtures import wait_until
 
 import zmesh
@@ -51,12 +52,8 @@ DRIVER = textwrap.dedent("""
 def node() -> Iterator[tuple[dict[str, str], str]]:
     tmp = tempfile.mkdtemp(prefix="zdd-")  # short: ipc socket paths have a length limit
     env = dict(os.environ, TMPDIR=tmp, ZMESH_PEER_TIMEOUT_S="5")
-    proc = subprocess.Popen([sys.executable, "-m", "zmesh", "node", "--num-cpus", "2"],
-                            env=env, text=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    ready = proc.stdout.readline()
-    assert ready.startswith("ZMESH-NODE-READY"), ready
-    yield env, ready.split()[3]
+    proc, hostport = start_node(env, "--num-cpus", "2")
+    yield env, f"tcp://{hostport}"
     if zmesh.is_initialized():
         zmesh.shutdown()
     proc.send_signal(signal.SIGINT)
