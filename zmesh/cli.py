@@ -14,6 +14,7 @@ from types import ModuleType
 
 from zmesh._version import __version__
 from zmesh.runtime.mesh_cli import MESH_COMMANDS
+from zmesh.runtime.ops_cli import OPS_COMMANDS
 
 Handler = Callable[[argparse.Namespace], int]
 #: the benchmarks/ folder of the source checkout this package is installed from (editable)
@@ -76,6 +77,7 @@ def add_microbenchmark_command(subparsers: argparse._SubParsersAction) -> None: 
 #: every subcommand, in the order `--help` lists them; add new ones here
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     *MESH_COMMANDS,
+    *OPS_COMMANDS,
     add_microbenchmark_command,
 ]
 

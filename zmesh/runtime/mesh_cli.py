@@ -77,14 +77,14 @@ def run_node(args: argparse.Namespace) -> int:
 
 
 # -- zmesh status / list -------------------------------------------------------------------
-def _address_arg(p: argparse.ArgumentParser) -> None:
+def address_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", metavar="HOST:PORT",
                    help="any member (default: a node started on this machine)")
 
 
 def add_status_command(subparsers: Sub) -> None:
     p = subparsers.add_parser("status", help="members, resources, actors, placement groups")
-    _address_arg(p)
+    address_arg(p)
     p.set_defaults(handler=run_status)
 
 
@@ -92,11 +92,11 @@ def add_list_command(subparsers: Sub) -> None:
     p = subparsers.add_parser("list", help="list nodes, actors, tasks, objects or groups")
     p.add_argument("kind", choices=LIST_KINDS)
     p.add_argument("--format", choices=("table", "json"), default="table")
-    _address_arg(p)
+    address_arg(p)
     p.set_defaults(handler=run_list)
 
 
-def _entry_address(address: str | None) -> str:
+def entry_address(address: str | None) -> str:
     if address:
         return address
     nodes = running_nodes()
@@ -110,7 +110,7 @@ def _entry_address(address: str | None) -> str:
 def gather(address: str | None, timeout: float = 5.0) -> dict[str, Any]:
     """Every live member's state: {"nodes": [...], "per_node": {node_id: {...}}}."""
     with NodeQuerier() as q:
-        members = q.query(_entry_address(address), "nodes", timeout=timeout)
+        members = q.query(entry_address(address), "nodes", timeout=timeout)
         per_node: dict[str, dict[str, Any]] = {}
         for row in members:
             if not row["Alive"]:

@@ -218,6 +218,15 @@ class ObjectStore:
         evicted, self._evicted = self._evicted, []
         return evicted
 
+    def objects(self) -> list[dict[str, object]]:
+        """Every object held here, for `zmesh memory`: id, size, owner, kind of copy, pins."""
+        return [{"object_id": e.object_id.hex(), "size": e.size, "owner": e.owner,
+                 "copy": "secondary" if e.secondary else "primary",
+                 "state": "spilled" if e.location is None else
+                          ("sealed" if e.sealed else "writing"),
+                 "pinned_by": sorted(e.pins)}
+                for e in self._entries.values() if not e.freed]
+
     def stats(self) -> StoreStats:
         return StoreStats(
             capacity=self._arena.capacity,

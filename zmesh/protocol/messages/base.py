@@ -38,6 +38,7 @@ TAG_RANGES: Final[dict[str, range]] = {
     "control": range(100, 120),
     "placement": range(120, 140),
     "transfer": range(140, 160),
+    "ops": range(200, 220),
 }
 
 # Tags from 160 up are reserved for future modules; no module may use them yet.

@@ -26,6 +26,7 @@ from zmesh.core.scheduling import Dispatch, Failed, Forward, Infeasible, Pending
 from zmesh.errors import TransportError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.common import Ping, Pong
+from zmesh.protocol.messages.ops import TaskEvents
 from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
@@ -35,6 +36,8 @@ from zmesh.runtime.node.forward import Forwarder
 from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node.mesh import MeshAgent
 from zmesh.runtime.node.objects import NodeObjects
+from zmesh.runtime.node.ops import QUERIES as OPS_QUERIES
+from zmesh.runtime.node.ops import NodeOps
 from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
 from zmesh.runtime.owner.node_watch import node_timeout_s
@@ -142,6 +145,7 @@ class Node:
             pid=os.getpid(), on_view=self._on_view, on_gone=self._node_gone, rng=rng,
             on_join_failed=self._join_failed)
         self.objects = NodeObjects(self)
+        self.ops = NodeOps(session_dir, self.node_id, self._worker_pid)
         self._register_handlers()
 
     # -- wiring ----------------------------------------------------------------------------
@@ -157,6 +161,7 @@ class Node:
                                                               msg.client))
         on(m.Blocked, self._on_blocked)
         on(m.LogLines, self._on_log)
+        on(TaskEvents, self.ops.on_task_events)
         on(m.Query, self._on_query)
         on(m.Shutdown, lambda s, msg, b: self.stop(msg.reason))
         self.actors.register(self.loop)
@@ -501,7 +506,19 @@ class Node:
             object_id=msg.object_id)))
 
     # -- logs and queries ------------------------------------------------------------------
+    def _worker_pid(self, address: str) -> int:
+        info = self.workers.get(address)
+        return info.pid if info is not None else 0
+
+    def _actor_pid(self, name: str) -> int:
+        """The pid of the worker running the actor named `name` here (0: none here)."""
+        for entry in self.actors.actors.values():
+            if entry.spec.name == name and entry.worker is not None and entry.worker.pid:
+                return entry.worker.pid
+        return 0
+
     def _on_log(self, sender: str, msg: m.LogLines, bufs: list[Any]) -> None:
+        self.ops.keep_log(sender, msg.prefix, msg.lines, msg.stderr)
         for client in self.clients.values():
             if client.kind == "driver" and client.log_to_driver:
                 self.loop.send(client.address, msg)
@@ -543,6 +560,10 @@ class Node:
         if what == "store":
             st = self.store.stats()
             return {k: getattr(st, k) for k in st.__dataclass_fields__}
+        if what in OPS_QUERIES:
+            return self.ops.answer(what, arg, self._actor_pid)
+        if what == "memory":
+            return {"node_id": self.node_id, "objects": self.store.objects()}
         if what == "transfer":
             ts = self.objects.transfer.stats()
             return {k: getattr(ts, k) for k in ts.__dataclass_fields__}

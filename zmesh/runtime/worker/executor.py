@@ -26,7 +26,7 @@ from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.strategies import placement_of
-from zmesh.runtime.worker import logs, streaming
+from zmesh.runtime.worker import events, logs, streaming
 from zmesh.task_error import capture
 
 if TYPE_CHECKING:
@@ -127,6 +127,7 @@ class Executor:
             self._reply(msg.owner, msg.task_id, [_cancelled(msg.name)] * n, [])
             return
         saved_env = _apply_env(msg.env_vars)
+        events.recorder.begin(msg.task_id, msg.name, "task")
         logs.set_prefix(f"({msg.name} pid={self.pid})")
         client.current_task_id = msg.task_id
         client.assigned_resources = msg.resources
@@ -200,6 +201,7 @@ class Executor:
         return out
 
     def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any]) -> None:
+        events.recorder.end(task_id, not any(v.is_error for v in returns))
         produced = self.produced
         for i, value in enumerate(returns):
             produced[IdGen.object_id(task_id, i)] = value
@@ -255,6 +257,7 @@ class Executor:
 
     def _call(self, call: m.ActorCall) -> None:
         name = self._method_name(call)
+        events.recorder.begin(call.task_id, name, "actor_call")
         refs: list[Any] = []
         self.running = call.task_id
         self.client.current_task_id = call.task_id
@@ -297,6 +300,7 @@ class Executor:
     async def _async_call(self, call: m.ActorCall) -> None:
         assert self.aio_sem is not None
         name = self._method_name(call)
+        events.recorder.begin(call.task_id, name, "actor_call")
         refs: list[Any] = []
         async with self.aio_sem:
             try:

@@ -10,12 +10,14 @@ import os
 import sys
 
 from zmesh.protocol.messages import runtime as m
+from zmesh.protocol.messages.ops import TaskEvents
 from zmesh.runtime import context
 from zmesh.runtime.owner.client import CoreClient
-from zmesh.runtime.worker import logs
+from zmesh.runtime.worker import events, logs
 from zmesh.runtime.worker.executor import Executor
 
 PARENT_CHECK_S = 1.0
+EVENTS_PERIOD_S = 1.0
 
 
 def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = True) -> None:
@@ -43,6 +45,14 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
             client.loop.call_later(PARENT_CHECK_S, check_parent)
 
     client.loop.call_later(PARENT_CHECK_S, check_parent)
+
+    def ship_events() -> None:  # finished task spans, for `zmesh timeline`
+        done = events.recorder.drain()
+        if done:
+            client.loop.send(client.node_address, TaskEvents(pid=os.getpid(), events=done))
+        client.loop.call_later(EVENTS_PERIOD_S, ship_events)
+
+    client.loop.call_later(EVENTS_PERIOD_S, ship_events)
     client.loop.run()  # the loop runs on the main thread; exits on Shutdown
     sys.stdout.flush()
     os._exit(0)

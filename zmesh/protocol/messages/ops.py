@@ -1,0 +1,25 @@
+"""Operations messages: what workers report to their node for `zmesh timeline`."""
+
+from __future__ import annotations
+
+import msgspec
+
+from zmesh.protocol.messages.base import Message
+
+
+class TaskEvent(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One task or actor call a worker ran: when it started and ended (epoch seconds)."""
+
+    task_id: bytes
+    name: str
+    kind: str  # "task", "actor_call" or "actor_create"
+    start: float
+    end: float
+    ok: bool = True
+
+
+class TaskEvents(Message, tag=200):
+    """A batch of finished tasks from one worker; its node keeps the recent ones."""
+
+    pid: int
+    events: list[TaskEvent] = []
