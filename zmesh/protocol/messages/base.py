@@ -41,8 +41,8 @@ TAG_RANGES: Final[dict[str, range]] = {
     "ops": range(200, 220),
 }
 
-# Tags from 160 up are reserved for future modules; no module may use them yet.
-RESERVED_TAGS: Final[range] = range(160, 2**31)
+# Tags from 220 up (and 160-199, in no module's range) are free for future modules.
+RESERVED_TAGS: Final[range] = range(220, 2**31)
 
 
 def tag_of(cls: type[Message]) -> int | None:
