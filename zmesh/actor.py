@@ -7,7 +7,14 @@ import inspect
 from typing import Any
 
 from zmesh.generators import backpressure_of, returned, wire_num_returns
-from zmesh.options import ACTOR_OPTIONS, check_options, env_vars_of, labels_of, resources_of
+from zmesh.options import (
+    ACTOR_OPTIONS,
+    actor_resources,
+    check_options,
+    env_vars_of,
+    labels_of,
+    omp_env,
+)
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import _Exported
 from zmesh.runtime import context
@@ -112,9 +119,7 @@ class ActorClass:
         lifetime = opts.get("lifetime")
         if lifetime not in (None, "detached", "non_detached"):
             raise ValueError(f"lifetime must be 'detached' or None, got {lifetime!r}")
-        explicit = any(opts.get(k) for k in ("num_cpus", "num_gpus", "resources", "memory"))
-        held = resources_of(opts, default_cpus=0.0)
-        placement = {} if explicit else {"CPU": 1.0}
+        held, placement = actor_resources(opts)
         max_conc = opts.get("max_concurrency")
         is_async = self._is_async
         if max_conc is None:
@@ -132,7 +137,7 @@ class ActorClass:
             placement=placement, name=name, namespace=namespace,
             detached=lifetime == "detached", max_restarts=int(opts.get("max_restarts", 0)),
             max_concurrency=int(max_conc), is_async=is_async,
-            env_vars=env_vars_of(opts, client.default_env),
+            env_vars=omp_env(env_vars_of(opts, client.default_env), held),
             strategy=(client.inherited_strategy if "scheduling_strategy" not in opts
                       and client.inherited_strategy
                       else encode_strategy(opts.get("scheduling_strategy"))),

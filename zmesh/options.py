@@ -44,6 +44,45 @@ def check_options(opts: dict[str, Any], allowed: set[str], what: str) -> dict[st
     return opts
 
 
+TASK_DEFAULT_CPUS = 1.0
+"""Ray's default for a task that names no num_cpus; applied here and nowhere else (the node
+takes an empty request as zero-CPU work)."""
+ACTOR_DEFAULT_PLACEMENT = {"CPU": 1.0}
+"""Ray's default for an actor that names no resources at all: 1 CPU to be placed, 0 held
+while it runs. An actor naming any resource (even num_cpus=0) is placed by what it names."""
+
+
+def task_resources(opts: dict[str, Any]) -> dict[str, float]:
+    """What a task asks for, with Ray's 1-CPU default; {} for num_cpus=0 and nothing else."""
+    return resources_of(opts, default_cpus=TASK_DEFAULT_CPUS)
+
+
+def actor_resources(opts: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """(held while running, needed to be placed) for an actor, with Ray's defaults."""
+    held = resources_of(opts, default_cpus=0.0)
+    named = any(opts.get(k) is not None for k in ("num_cpus", "num_gpus", "resources", "memory"))
+    return held, (dict(held) if named else dict(ACTOR_DEFAULT_PLACEMENT))
+
+
+def omp_env(env: dict[str, str], resources: dict[str, float]) -> dict[str, str]:
+    """Ray sets OMP_NUM_THREADS to the CPUs a task or actor holds (at least 1), unless the
+    user's runtime_env sets it."""
+    if "OMP_NUM_THREADS" in env:
+        return env
+    return {**env, "OMP_NUM_THREADS": str(max(1, int(resources.get("CPU", 0.0))))}
+
+
+def max_calls_of(opts: dict[str, Any], resources: dict[str, float]) -> int:
+    """Ray's `max_calls`: a worker exits after that many calls of the function; 0 means no
+    limit, the default for CPU tasks; GPU tasks default to 1 (to free GPU memory), as in Ray."""
+    value = opts.get("max_calls")
+    if value is None:
+        return 1 if resources.get("GPU") else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"max_calls must be an int >= 0, got {value!r}")
+    return value
+
+
 def resources_of(opts: dict[str, Any], *, default_cpus: float) -> dict[str, float]:
     """The resource request of a task or actor: CPU, GPU, memory and custom resources."""
     res: dict[str, float] = {}

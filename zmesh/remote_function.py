@@ -9,7 +9,15 @@ from typing import Any, Generic, TypeVar
 import cloudpickle
 
 from zmesh.generators import backpressure_of, returned, wire_num_returns
-from zmesh.options import TASK_OPTIONS, check_options, env_vars_of, labels_of, resources_of
+from zmesh.options import (
+    TASK_OPTIONS,
+    check_options,
+    env_vars_of,
+    labels_of,
+    max_calls_of,
+    omp_env,
+    task_resources,
+)
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
 from zmesh.runtime.owner.submit import Task
@@ -76,16 +84,18 @@ class RemoteFunction(Generic[R]):
         cache = self._cache
         if cache is None or cache[0] is not client:
             opts = self._options
-            res = resources_of(opts, default_cpus=1.0)
+            res = task_resources(opts)
             strategy = encode_strategy(opts.get("scheduling_strategy"))
             labels = labels_of(opts)
-            key = (tuple(sorted(res.items())), strategy, tuple(sorted(labels.items())))
+            max_calls = max_calls_of(opts, res)
+            key = (tuple(sorted(res.items())), strategy, tuple(sorted(labels.items())),
+                   max_calls)
             retries = opts.get("max_retries")
             cache = self._cache = (
                 client, res, strategy, key, 3 if retries is None else int(retries),
                 _retry_spec(opts.get("retry_exceptions", False)),
-                env_vars_of(opts, client.default_env), opts.get("name") or self.__name__,
-                labels)
+                omp_env(env_vars_of(opts, client.default_env), res),
+                opts.get("name") or self.__name__, labels, max_calls)
         return cache
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -93,7 +103,8 @@ class RemoteFunction(Generic[R]):
         client = context.current_client()
         exported = self._exported
         exported.ensure()
-        _, res, strategy, key, retries, retry_exc, env, name, labels = self._prepared(client)
+        _, res, strategy, key, retries, retry_exc, env, name, labels, max_calls = \
+            self._prepared(client)
         opts = self._options
         num_returns = wire_num_returns(opts.get("num_returns"), self._function)
         if client.inherited_strategy and "scheduling_strategy" not in opts:
@@ -104,7 +115,8 @@ class RemoteFunction(Generic[R]):
         backpressure = backpressure_of(opts) if num_returns < 0 else 0
         task = Task(task_id, exported.fn_id, exported.blob, name, data, top,
                     [r.id for r in nested], num_returns, key, res, strategy, retries,
-                    retry_exc, env, labels=labels, backpressure=backpressure)
+                    retry_exc, env, labels=labels, backpressure=backpressure,
+                    max_calls=max_calls)
         refs = client.make_refs(task_id, num_returns)
         if num_returns == 1:
             client.tasks.submit(task)

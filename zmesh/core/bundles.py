@@ -84,6 +84,15 @@ class BundleTable:
         self._groups[pg_id] = made
         return None
 
+    def reserved_from_node(self) -> dict[str, int]:
+        """What every bundle here took out of the node's free resources (for validate)."""
+        out: dict[str, int] = {}
+        for group in self._groups.values():
+            for bundle in group.values():
+                for k, v in bundle.total.items():
+                    out[k] = out.get(k, 0) + v
+        return out
+
     def commit(self, pg_id: str) -> None:
         """Make the reserved bundles usable."""
         for bundle in self._groups.get(pg_id, {}).values():

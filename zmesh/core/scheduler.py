@@ -70,7 +70,7 @@ _NAMED_STRATEGIES: dict[str, Strategy] = {"DEFAULT": DEFAULT, "SPREAD": SpreadSt
 class _Running:
     """What a running piece of work holds and where it goes back to."""
 
-    __slots__ = ("hold", "free", "pool", "gpu_ids", "bundle")
+    __slots__ = ("hold", "free", "pool", "gpu_ids", "bundle", "lent")
 
     def __init__(
         self,
@@ -85,6 +85,7 @@ class _Running:
         self.pool = pool
         self.gpu_ids = gpu_ids
         self.bundle = bundle
+        self.lent = 0  # CPU (fixed point) given back while the work blocks in get/wait
 
 
 def _unschedulable(req: Request, message: str) -> ZmeshError:
@@ -125,12 +126,14 @@ class LocalScheduler:
         return self._total.to_dict()
 
     def available(self) -> dict[str, float]:
-        """Free on this node, outside any bundle (what gossip advertises)."""
-        return {k: v / SCALE for k, v in self._free.items() if v}
+        """Free on this node, outside any bundle (what gossip advertises). A CPU taken back
+        by work that resumed after blocking can oversubscribe the node: never below 0 here."""
+        return {k: v / SCALE for k, v in self._free.items() if v > 0}
 
     def snapshot(self) -> NodeResources:
         """This node as other nodes should see it in their cluster view."""
-        return NodeResources(self._total, ResourceSet(self._free), dict(self._labels))
+        free = {k: v for k, v in self._free.items() if v > 0}
+        return NodeResources(self._total, ResourceSet(free), dict(self._labels))
 
     def running(self) -> dict[WorkId, Dispatch]:
         """What runs here now, as it was dispatched."""
@@ -187,11 +190,52 @@ class LocalScheduler:
         free = run.free
         for k, v in run.hold.items():
             free[k] += v
+        if run.lent:
+            free[_CPU] -= run.lent  # already given back while it blocked
         if run.gpu_ids and run.pool is not None:
             run.pool.release(run.gpu_ids, run.hold.get_amount(GPU))
         if self._waiting.by_id or self._groups.has_pending():
             return self._after_release()
         return []
+
+    def lend(self, work_id: WorkId) -> list[Decision]:
+        """Running work blocks (in get or wait): give back its CPU, exactly what it holds and
+        nothing else (GPUs and custom resources stay with it), and start what now fits."""
+        run = self._running.get(work_id)
+        if run is None or run.lent:
+            return []
+        cpu = run.hold.get_amount(_CPU)
+        if not cpu:
+            return []  # a zero-CPU task has nothing to lend
+        run.lent = cpu
+        run.free[_CPU] += cpu
+        return self._after_release() if self._waiting.by_id or self._groups.has_pending() else []
+
+    def reclaim(self, work_id: WorkId) -> None:
+        """Blocked work resumes: it takes its CPU back at once, as Ray does, even when that
+        oversubscribes the node until something finishes."""
+        run = self._running.get(work_id)
+        if run is None or not run.lent:
+            return
+        run.free[_CPU] -= run.lent
+        run.lent = 0
+
+    def validate(self) -> None:
+        """Invariant: free + held + bundles' reservations == total, for every resource."""
+        held: dict[str, int] = {}
+        for run in self._running.values():
+            if run.free is not self._free:
+                continue
+            for k, v in run.hold.items():
+                held[k] = held.get(k, 0) + v
+            if run.lent:
+                held[_CPU] = held.get(_CPU, 0) - run.lent
+        reserved = self._bundles.reserved_from_node()
+        for k in set(self._total) | set(self._free) | set(held) | set(reserved):
+            got = self._free.get(k, 0) + held.get(k, 0) + reserved.get(k, 0)
+            assert got == self._total.get_amount(k), (
+                f"resource {k!r}: free {self._free.get(k, 0)} + held {held.get(k, 0)} + "
+                f"reserved {reserved.get(k, 0)} != total {self._total.get_amount(k)}")
 
     def cancel(self, work_id: WorkId) -> list[Decision]:
         """Drop waiting work, or free running work (the runtime stops it). Unknown: no-op."""

@@ -94,10 +94,12 @@ class LeaseFailed(Message, tag=25):
 
 class ReturnLease(Message, tag=26):
     """The owner gives a leased worker back to the node (or its node does, for an owner
-    that died: then the worker may still run the owner's tasks and is stopped)."""
+    that died: then the worker may still run the owner's tasks and is stopped). `retire`:
+    the worker ran its max_calls and must exit rather than serve again."""
 
     lease_id: bytes
     owner_died: bool = False
+    retire: bool = False
 
 
 class RevokeLease(Message, tag=27):

@@ -122,8 +122,9 @@ class ActorManager:
     def _schedule(self, entry: ActorEntry) -> None:
         spec = entry.spec
         try:
-            req = Request(spec.actor_id, "actor", spec.resources or None,
-                          placement_resources=spec.placement or None,
+            # The owner applied Ray's defaults (options.actor_resources): {} means zero.
+            req = Request(spec.actor_id, "actor", spec.resources,
+                          placement_resources=spec.placement,
                           strategy=decode_strategy(spec.strategy), labels=spec.labels,
                           name=spec.class_name, hops=entry.hops)
             decisions = self.node.scheduler.submit(req)

@@ -108,11 +108,12 @@ class Forwarder:
         else:
             self.node.leases.pop(msg.lease_id, None)
 
-    def return_remote(self, lease: LeaseInfo, owner_died: bool = False) -> None:
+    def return_remote(self, lease: LeaseInfo, owner_died: bool = False,
+                      retire: bool = False) -> None:
         """The owner gave back a lease another node holds (or died): pass it on."""
         self.node.leases.pop(lease.lease_id, None)
         self.node.loop.send(lease.remote, m.ReturnLease(lease_id=lease.lease_id,
-                                                        owner_died=owner_died))
+                                                        owner_died=owner_died, retire=retire))
 
     # -- a node died or left ---------------------------------------------------------------
     def node_gone(self, node_id: str, address: str, why: str) -> None:

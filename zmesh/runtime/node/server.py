@@ -331,7 +331,9 @@ class Node:
         assert msg is not None
         try:
             strategy = decode_strategy(msg.strategy)
-            req = Request(lease.lease_id, "task", msg.resources or {"CPU": 1.0},
+            # The owner sent the task's resources with Ray's defaults applied (options.py):
+            # {} is a zero-CPU task and must stay one.
+            req = Request(lease.lease_id, "task", msg.resources,
                           strategy=strategy, labels=msg.labels, name=msg.name, hops=hops)
             decisions = self.scheduler.submit(req)
         except Exception as exc:  # bad resources, unknown node: fail the request clearly
@@ -363,10 +365,6 @@ class Node:
                 self.groups.on_decision(d)
 
     def _dispatch_lease(self, d: Dispatch) -> None:
-        lease = self.leases[d.work_id]
-        if lease.worker is not None:  # a blocked worker got its CPU back
-            lease.holds = True
-            return
         if self.idle:
             self._grant(d.work_id, d, self.idle.pop())
         else:
@@ -422,17 +420,17 @@ class Node:
         if lease is None:
             return
         if lease.remote:
-            self.forwarder.return_remote(lease, owner_died=msg.owner_died)
+            self.forwarder.return_remote(lease, owner_died=msg.owner_died, retire=msg.retire)
         else:
             if msg.owner_died:
                 self._stop_lease_worker(lease)
-            self._release_lease(lease)
+            self._release_lease(lease, retire=msg.retire)
 
     def release_lease(self, lease: LeaseInfo) -> None:
         """Free a lease held here (its owner returned it, or is gone)."""
         self._release_lease(lease)
 
-    def _release_lease(self, lease: LeaseInfo) -> None:
+    def _release_lease(self, lease: LeaseInfo, retire: bool = False) -> None:
         self.leases.pop(lease.lease_id, None)
         self.forwarder.notify_origin(lease, "done")
         # cancel frees running work and drops waiting work (a lease whose owner went before
@@ -440,9 +438,13 @@ class Node:
         decisions = self.scheduler.cancel(lease.lease_id)
         info = lease.worker
         if info is not None and info.state == "leased":
-            info.state = "idle"
             info.lease_id = b""
-            self._give_idle(info)
+            if retire:  # it ran its max_calls: it exits instead of serving again
+                info.state = "retired"
+                self.loop.send(info.address, m.Shutdown(reason="max_calls reached"))
+            else:
+                info.state = "idle"
+                self._give_idle(info)
         self.apply(decisions)
 
     def _on_blocked(self, sender: str, msg: m.Blocked, bufs: list[Any]) -> None:
@@ -454,10 +456,10 @@ class Node:
             return
         if msg.blocked and lease.holds:
             lease.holds = False
-            self.apply(self.scheduler.finish(lease.lease_id))
+            self.apply(self.scheduler.lend(lease.lease_id))
         elif not msg.blocked and not lease.holds:
-            self.apply(self.scheduler.submit(Request(lease.lease_id, "task", {"CPU": 1.0},
-                                                     name=lease.name)))
+            lease.holds = True
+            self.scheduler.reclaim(lease.lease_id)
 
     def _worker_exited(self, pid: int, status: int) -> None:
         info = self.pool.by_pid.pop(pid, None)

@@ -30,6 +30,7 @@ def fork_server(node_address: str, session_dir: str) -> tuple[int, socket.socket
     own after their fork).
     """
     parent, child = socket.socketpair()
+    node_pid = os.getpid()
     pid = os.fork()
     if pid == 0:  # the fork server
         try:
@@ -37,7 +38,7 @@ def fork_server(node_address: str, session_dir: str) -> tuple[int, socket.socket
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
             os.environ.setdefault("PYTHONUNBUFFERED", "1")
-            zygote.main(child.fileno(), node_address, session_dir)
+            zygote.main(child.fileno(), node_address, session_dir, node_pid)
         finally:
             os._exit(0)
     child.close()

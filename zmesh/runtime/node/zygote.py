@@ -56,8 +56,10 @@ class RecordReader:
         return out
 
 
-def main(fd: int, node_address: str, session_dir: str) -> None:
+def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> None:
     set_parent_death_signal()
+    if node_pid and os.getppid() != node_pid:  # the node died before the signal was armed
+        os._exit(1)
     # pre-import what every worker needs, so a fork starts warm
     import zmesh.runtime.worker.main  # noqa: F401
 

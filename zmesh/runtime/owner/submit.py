@@ -53,6 +53,7 @@ class Task:
     cancelled: bool = False
     done: bool = False
     backpressure: int = 0  # streaming generators: items the worker may run ahead
+    max_calls: int = 0  # a worker exits after this many calls (0: no limit)
 
     def return_ids(self) -> list[bytes]:
         return [IdGen.object_id(self.task_id, i) for i in range(max(self.num_returns, 1))]
@@ -67,6 +68,12 @@ class Lease:
     idle_timer: int = 0
     revoked: bool = False
     gpu_env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES of its GPUs
+    calls: int = 0  # tasks sent to it
+
+    def spent(self) -> bool:
+        """Its worker ran the max_calls it may: it takes no more tasks and retires."""
+        limit = self.queue.max_calls
+        return bool(limit) and self.calls >= limit
 
 
 @dataclass(eq=False)
@@ -75,6 +82,7 @@ class KeyQueue:
     strategy: bytes
     name: str
     labels: dict[str, str]
+    max_calls: int = 0
     ready: deque[Task] = field(default_factory=deque)
     leases: list[Lease] = field(default_factory=list)
     requesting: int = 0
@@ -146,7 +154,7 @@ class TaskSubmitter:
             elif lease is not producer.lease:
                 return None
         # no depth limit here: a chain runs one task after another wherever it is
-        if lease is None or lease.revoked:
+        if lease is None or lease.revoked or lease.spent():
             return None
         return lease
 
@@ -162,14 +170,18 @@ class TaskSubmitter:
         q = self.queues.get(task.key)
         if q is None:
             q = self.queues[task.key] = KeyQueue(task.resources, task.strategy, task.name,
-                                                       task.labels)
+                                                 task.labels, task.max_calls)
         q.ready.append(task)
         self._pump(q)
 
     def _pump(self, q: KeyQueue) -> None:
         ready = q.ready
+        # Work that holds no resources can always get another worker: one task per worker,
+        # so that zero-CPU tasks run side by side (as in Ray) instead of queueing on one.
+        depth = PIPELINE_DEPTH if q.resources else 1
         for lease in q.leases:
-            while ready and len(lease.inflight) < PIPELINE_DEPTH and not lease.revoked:
+            while ready and len(lease.inflight) < depth and not lease.revoked \
+                    and not lease.spent():
                 self._send(lease, ready.popleft())
             if not lease.inflight:
                 self._arm_idle(lease)
@@ -187,6 +199,7 @@ class TaskSubmitter:
         if task.cancelled:
             return
         lease.idle_timer += 1
+        lease.calls += 1
         task.lease = lease
         lease.inflight[task.task_id] = task
         key = (lease.worker, task.fn_id)
@@ -221,7 +234,8 @@ class TaskSubmitter:
         if self.leases.pop(lease.lease_id, None) is None:
             return
         lease.queue.leases.remove(lease)
-        self.client.loop.send(self.client.node_address, m.ReturnLease(lease_id=lease.lease_id))
+        self.client.loop.send(self.client.node_address, m.ReturnLease(
+            lease_id=lease.lease_id, retire=lease.spent()))
 
     def _on_lease_granted(self, sender: str, msg: m.LeaseGranted, bufs: list[Any]) -> None:
         q = self._lease_requests.pop(msg.request_id, None)
@@ -262,18 +276,21 @@ class TaskSubmitter:
         if lease is None:
             return
         lease.queue.leases.remove(lease)
-        for task in list(lease.inflight.values()):
+        retry: list[Task] = []
+        for task in list(lease.inflight.values()):  # in the order they were sent
             task.lease = None
             if task.cancelled:
                 self._finish(task, [values.encode_error(TaskCancelledError(
                     f"task {task.name} was cancelled"))], failed=True)
             elif task.attempt < task.max_retries:
                 task.attempt += 1
-                lease.queue.ready.appendleft(task)
+                retry.append(task)
             else:
                 self._finish(task, [values.encode_error(WorkerCrashedError(
                     f"the worker running task {task.name} died: {msg.reason}"
                     + (f" (after {task.attempt} retries)" if task.attempt else "")))], failed=True)
+        # Ahead of the queue, keeping their order: a chain's later tasks wait for earlier ones.
+        lease.queue.ready.extendleft(reversed(retry))
         self._pump(lease.queue)
 
     def _on_result(self, sender: str, msg: m.TaskResult, bufs: list[Any]) -> None:
@@ -296,10 +313,9 @@ class TaskSubmitter:
             if msg.contained:
                 self.client.hold_returned(sender, task.return_ids(), msg.contained)
         if lease is not None:
-            if lease.revoked and not lease.inflight:
+            if (lease.revoked or lease.spent()) and not lease.inflight:
                 self._return_lease(lease)
-            else:
-                self._pump(lease.queue)
+            self._pump(lease.queue)
 
     def _should_retry(self, task: Task, msg: m.TaskResult) -> bool:
         retry = task.retry_exceptions
