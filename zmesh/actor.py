@@ -16,7 +16,7 @@ from zmesh.options import (
     omp_env,
 )
 from zmesh.protocol.messages import runtime as m
-from zmesh.remote_function import _Exported
+from zmesh.remote_function import _Exported, args_checker
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
 from zmesh.runtime.ids import random_id
@@ -50,6 +50,7 @@ class ActorClass:
         self._exported = _Exported(cls)
         self.__name__ = cls.__name__
         self._methods = _method_table(cls)
+        self._check_args = args_checker(cls)
         self._is_async = any(inspect.iscoroutinefunction(f)
                              for f in vars(cls).values() if callable(f))
 
@@ -88,6 +89,9 @@ class ActorClass:
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Start the actor; calls made on the handle queue until it is ready."""
+        check = self.__dict__.get("_check_args")
+        if check is not None:
+            check(*args, **kwargs)  # arguments the constructor cannot take fail here, as in Ray
         client = context.current_client()
         opts = self._options
         name = opts.get("name")

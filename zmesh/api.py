@@ -74,6 +74,26 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         return dict(_state["info"])
 
 
+def _auto_init() -> None:
+    """The API was used before init(): start (or, with ZMESH_ADDRESS, join) a runtime, as
+    Ray's auto-init does, and say so with Ray's log line."""
+    import sys
+
+    if os.environ.get("ZMESH_LAZY_IMPORT") or os.environ.get("ZMESH_NODE_ID"):
+        return  # a node or worker process: its runtime is its own, never a new one
+    address = os.environ.get("ZMESH_ADDRESS")
+    info = init(ignore_reinit_error=True)
+    if address:
+        line = f"Connecting to existing zmesh mesh at address: {info.get('address')}..."
+    else:
+        line = "Started a local zmesh instance."
+    print(f"INFO zmesh -- {line} (zmesh.init() was called automatically)", file=sys.stderr,
+          flush=True)
+
+
+context.set_auto_init(_auto_init)
+
+
 def _resolve_address(address: str) -> tuple[str, str]:
     """(node address, session dir) for `init(address=...)`: ipc://path, host:port or "auto"."""
     if address.startswith("ipc://"):
@@ -178,7 +198,14 @@ def get(refs: Any, *, timeout: float | None = None) -> Any:
             if not isinstance(r, ObjectRef):
                 raise TypeError(f"get() expects ObjectRefs, got a {type(r).__name__} in the list")
         return client.get(list(refs), timeout)
-    raise TypeError(f"get() expects an ObjectRef or a list of them, got {type(refs).__name__}")
+    from zmesh.generators import ObjectRefGenerator
+
+    if isinstance(refs, ObjectRefGenerator):
+        raise TypeError("get() of an ObjectRefGenerator is not allowed: iterate it and get "
+                        "each ref, or get(gen.completed()) to wait for the task")
+    # Ray's type and words: anything but a ref or a list of refs is a ValueError
+    raise ValueError(f"Invalid type of object refs, {type(refs)}, is given. 'object_refs' must "
+                     "either be an ObjectRef or a list of ObjectRefs.")
 
 
 def put(value: Any) -> ObjectRef:

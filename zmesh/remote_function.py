@@ -62,6 +62,7 @@ class RemoteFunction(Generic[R]):
         self.__name__ = getattr(fn, "__name__", "task")
         self.__doc__ = fn.__doc__
         self._cache: tuple[Any, ...] | None = None
+        self._check_args = args_checker(fn)
 
     def __reduce__(self) -> Any:
         return (RemoteFunction, (self._function, self._options))
@@ -100,6 +101,9 @@ class RemoteFunction(Generic[R]):
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Submit the task; returns an ObjectRef (a list of them when num_returns > 1)."""
+        check = self._check_args
+        if check is not None:
+            check(*args, **kwargs)  # a call that cannot bind fails here, as in Ray
         client = context.current_client()
         exported = self._exported
         exported.ensure()
@@ -124,6 +128,17 @@ class RemoteFunction(Generic[R]):
         out = returned(client, num_returns, refs, task_id, backpressure)
         client.tasks.submit(task)
         return out
+
+
+def args_checker(target: Any) -> Any:
+    """`Signature.bind` of a function or class (its constructor): raises TypeError for
+    arguments that do not fit; None when the signature cannot be read."""
+    import inspect
+
+    try:
+        return inspect.signature(target).bind
+    except (TypeError, ValueError):
+        return None
 
 
 def _retry_spec(value: Any) -> Any:

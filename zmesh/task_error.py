@@ -53,7 +53,10 @@ class TaskError(ZmeshError):
                 return self
             _derived[(base, cls)] = derived
         made: Any = derived
-        err = made.__new__(made)
+        try:
+            err = made.__new__(made)
+        except TypeError:  # MemoryError and kin refuse a derived __new__: carry the cause
+            return self
         try:
             err.__dict__.update(getattr(cause, "__dict__", {}))
         except Exception:

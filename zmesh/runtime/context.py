@@ -21,8 +21,19 @@ def set_client(client: Any) -> None:
     _client = client
 
 
+_auto_init: Any = None
+
+
+def set_auto_init(hook: Any) -> None:
+    """Install the function that starts a runtime when the API is used before init()."""
+    global _auto_init
+    _auto_init = hook
+
+
 def current_client() -> Any:
-    """This process's core client; raises if zmesh is not initialised here."""
+    """This process's core client, auto-initialising one (as Ray does) if there is none."""
+    if _client is None and _auto_init is not None:
+        _auto_init()
     if _client is None:
         raise ZmeshError("zmesh is not initialized: call zmesh.init() first")
     return _client

@@ -224,6 +224,7 @@ class Executor:
     def _create_actor(self, spec: m.CreateActor) -> None:
         client = self.client
         client.current_actor_id = spec.actor_id
+        client.actor_restarts = spec.restarts  # type: ignore[attr-defined]
         client.assigned_resources = dict(spec.resources)
         client.namespace = spec.namespace or client.namespace
         client.current_placement_group, client.inherited_strategy = placement_of(spec.strategy)
