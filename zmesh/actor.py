@@ -41,6 +41,17 @@ def method(*, num_returns: int | str | None = None, concurrency_group: str | Non
     return wrap
 
 
+def exit_actor() -> None:
+    """End the current actor from inside one of its methods, as Ray's `exit_actor()`: its
+    atexit handlers run, it is not restarted, and calls to it fail with an ActorDiedError."""
+    client = context.maybe_client()
+    if client is None or not client.current_actor_id:
+        raise TypeError("exit_actor() can only be called inside an actor")
+    from zmesh.errors import ActorExit
+
+    raise ActorExit()
+
+
 class ActorClass:
     """A class whose instances run as actors: `Cls.remote(*args)` returns an ActorHandle."""
 
@@ -129,11 +140,6 @@ class ActorClass:
         if max_conc is None:
             max_conc = 1000 if is_async else 1
         data, top, nested = pack_args(args, kwargs)
-        if top:  # resolve top-level refs now: the constructor runs once
-            from zmesh.api import get
-
-            vals = get(top)
-            data, top, nested = pack_args(*_substitute(args, kwargs, top, vals))
         actor_id = random_id(16)
         spec = m.CreateActor(
             actor_id=actor_id, owner=client.address, fn_id=self._exported.fn_id,
@@ -149,21 +155,13 @@ class ActorClass:
             fn_blob=self._exported.blob)
         if nested:
             client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])
-        client.actors.create(spec, int(opts.get("max_task_retries", 0)))
+        # top-level ref arguments are resolved by the runtime, without blocking here: the
+        # spec goes to the node once their values exist (calls queue until the actor is up)
+        client.actors.create(spec, int(opts.get("max_task_retries", 0)), top)
         handle = ActorHandle(actor_id, self.__name__, self._methods,
                              int(opts.get("max_task_retries", 0)), owned=True)
         handle._max_pending_calls = max_pending
         return handle
-
-
-def _substitute(args: tuple[Any, ...], kwargs: dict[str, Any], top: list[Any], vals: list[Any]
-                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    by_id = {r.id: v for r, v in zip(top, vals)}
-
-    def sub(v: Any) -> Any:
-        return by_id[v.id] if type(v).__name__ == "ObjectRef" and v.id in by_id else v
-
-    return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
 
 
 def _method_table(cls: type) -> dict[str, int]:
@@ -246,6 +244,8 @@ class ActorHandle:
         return client.actors.track(self._actor_id, self._class_name, self._max_task_retries)
 
     def __getattr__(self, name: str) -> ActorMethod:
+        if name == "__ray_terminate__":  # Ray's graceful stop: queued after earlier calls
+            return ActorMethod(self, name, 1)
         if name.startswith("_"):
             raise AttributeError(name)
         methods = self.__dict__.get("_methods") or {}

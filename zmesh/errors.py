@@ -50,6 +50,15 @@ class PendingCallsLimitExceeded(ZmeshError):
     """More calls to an actor are pending from this handle than its `max_pending_calls`."""
 
 
+class ActorExit(SystemExit):
+    """Raised by `zmesh.actor.exit_actor()` (and `__ray_terminate__`): the actor's worker runs
+    its atexit handlers and ends for good, without restarting. `why` names the cause."""
+
+    def __init__(self, why: str = "the actor called exit_actor()") -> None:
+        super().__init__(why)
+        self.why = why
+
+
 class WorkerCrashedError(ZmeshSystemError):
     """The worker running a task died (signal, exit code) before it finished."""
 

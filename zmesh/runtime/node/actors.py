@@ -195,14 +195,20 @@ class ActorManager:
                            class_name=entry.spec.class_name, restarts=entry.restarts)
         for sub in entry.subscribers:
             self.node.loop.send(sub, msg)
-        if state == "dead" and entry.spec.name:
-            key = (entry.spec.namespace, entry.spec.name)
-            if self.named.get(key) == entry.spec.actor_id:
-                del self.named[key]
-                if not entry.home:
-                    self.names.release_name(entry)
+        if state == "dead":
+            self._drop_name(entry)
         if state == "dead" and not entry.home and not entry.proxy:
             self.names.forget_location(entry)
+
+    def _drop_name(self, entry: ActorEntry) -> None:
+        """Free the actor's name (if it still holds it)."""
+        if not entry.spec.name:
+            return
+        key = (entry.spec.namespace, entry.spec.name)
+        if self.named.get(key) == entry.spec.actor_id:
+            del self.named[key]
+            if not entry.home:
+                self.names.release_name(entry)
 
     def _release(self, entry: ActorEntry) -> None:
         self.node.apply(self.node.scheduler.finish(entry.spec.actor_id))
@@ -214,6 +220,8 @@ class ActorManager:
             return
         entry.no_restart = entry.no_restart or msg.no_restart
         entry.reason = entry.kill_reason = "it was killed by zmesh.kill()"
+        if entry.no_restart:
+            self._drop_name(entry)  # as Ray: the name is free at once, not when the worker ends
         if entry.remote:
             self.node.loop.send(entry.remote, msg)
         elif entry.worker is not None:

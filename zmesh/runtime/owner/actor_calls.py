@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ class ActorRecord:
     seq_cut: int = 0  # seqs from here on map to seq - seq_cut + seq_base
     seq_base: int = 0
     hold: bool = False  # this caller is killing the actor: send nothing from user threads
+    ctor_refs: list[Any] = field(default_factory=list)  # constructor ref arguments, held
     killed_incarnation: int = -1  # an "alive" for it is stale news
 
     def wire(self, msg: m.ActorCall) -> m.ActorCall:
@@ -90,9 +92,33 @@ class ActorCaller:
                 actor_id=actor_id, subscriber=self.client.address))
         return rec
 
-    def create(self, spec: m.CreateActor, max_task_retries: int) -> None:
-        self.track(spec.actor_id, spec.class_name, max_task_retries, subscribe=False)
-        self.client.loop.send_threadsafe(self.client.node_address, spec)
+    def create(self, spec: m.CreateActor, max_task_retries: int,
+               top_refs: Sequence[Any] = ()) -> None:
+        """Start an actor; with `top_refs` (ref arguments of the constructor), once they are
+        ready, their values going with the spec (the refs stay held by the record)."""
+        rec = self.track(spec.actor_id, spec.class_name, max_task_retries, subscribe=False)
+        if not top_refs:
+            self.client.loop.send_threadsafe(self.client.node_address, spec)
+            return
+        rec.ctor_refs = list(top_refs)
+        self.client.loop.call_soon(self._resolve_then_create, spec, rec.ctor_refs)
+
+    def _resolve_then_create(self, spec: m.CreateActor, top_refs: list[Any]) -> None:
+        resolved: list[m.Value | None] = [None] * len(top_refs)
+        left = [len(top_refs)]
+
+        def on_ready(i: int, value: m.Value) -> None:
+            resolved[i] = value
+            left[0] -= 1
+            if left[0] == 0:
+                args = m.Args(data=spec.args.data, refs=resolved)  # type: ignore[arg-type]
+                self.client.loop.call_soon(self.client.loop.send, self.client.node_address,
+                                           msgspec.structs.replace(spec, args=args))
+
+        self.client._request_borrowed(top_refs)
+        for i, ref in enumerate(top_refs):
+            if not self.client.objects.when_ready(ref.id, _bind(on_ready, i)):
+                on_ready(i, values.encode_error(ValueError(f"argument {ref!r} is unknown")))
 
     def call(self, rec: ActorRecord, method: str, data: bytes, top_refs: list[Any],
              nested_ids: list[bytes], num_returns: int, task_id: bytes | None = None,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from zmesh.core.mailbox import Mailbox
-from zmesh.errors import TaskCancelledError
+from zmesh.errors import ActorExit, TaskCancelledError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
@@ -31,6 +31,10 @@ from zmesh.task_error import capture
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
+
+
+TERMINATE = "__ray_terminate__"
+TERMINATED = "it was terminated by __ray_terminate__"
 
 
 class Executor:
@@ -252,6 +256,8 @@ class Executor:
             class_name=spec.class_name, restarts=spec.restarts))
 
     def _invoke(self, call: m.ActorCall) -> tuple[Any, list[Any]]:
+        if call.method == TERMINATE:
+            raise ActorExit(TERMINATED)
         args, kwargs, refs = unpack_args(call.args, self.client.read)
         method = getattr(self.instance, call.method)
         return method(*args, **kwargs), refs
@@ -271,6 +277,10 @@ class Executor:
             if call.num_returns >= 0:
                 returns = self._encode_returns(call.task_id, result, call.num_returns, name,
                                                call.caller)
+        except ActorExit as exc:
+            self.running = b""
+            self._exit_actor(exc.why)
+            return
         except BaseException as exc:  # noqa: BLE001
             self.running = b""
             returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
@@ -305,6 +315,8 @@ class Executor:
         refs: list[Any] = []
         async with self.aio_sem:
             try:
+                if call.method == TERMINATE:
+                    raise ActorExit(TERMINATED)
                 args, kwargs, refs = unpack_args(call.args, self.client.read)
                 method = getattr(self.instance, call.method)
                 if call.num_returns < 0:
@@ -317,9 +329,26 @@ class Executor:
                 if call.num_returns >= 0:
                     returns = self._encode_returns(call.task_id, result, call.num_returns,
                                                    name, call.caller)
+            except ActorExit as exc:
+                self._exit_actor(exc.why)
+                return
             except BaseException as exc:  # noqa: BLE001
                 returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
         self._reply(call.caller, call.task_id, returns, refs)
+
+    def _exit_actor(self, why: str) -> None:
+        """A graceful exit: the user's atexit handlers run, then the node is told that the
+        actor is dead for good (it ends this worker, and callers fail with `why`)."""
+        import atexit
+
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            spec = self.actor
+            if spec is not None:
+                self.client.loop.send_threadsafe(self.client.node_address, m.ActorState(
+                    actor_id=spec.actor_id, state="dead", reason=why,
+                    class_name=spec.class_name))
 
 
     # -- streaming generators ------------------------------------------------------------
