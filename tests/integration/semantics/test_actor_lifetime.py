@@ -7,10 +7,10 @@ import os
 import threading
 
 import pytest
+from runtime_fixtures import wait_until
 
 import zmesh
 from zmesh.exceptions import RayActorError
-from runtime_fixtures import wait_until
 
 
 def _pid_gone(pid: int) -> bool:
