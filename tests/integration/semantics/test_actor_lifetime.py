@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 from runtime_fixtures import wait_until
@@ -80,7 +81,7 @@ def test_atexit_handlers_run_on_graceful_exit(ray, tmp_path):
         def __init__(self, path):
             import atexit
 
-            atexit.register(lambda: open(path, "w").write("bye"))
+            atexit.register(lambda: Path(path).write_text("bye"))
 
         def quit(self):
             zmesh.actor.exit_actor()
