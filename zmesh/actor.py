@@ -152,6 +152,7 @@ class ActorClass:
                       and client.inherited_strategy
                       else encode_strategy(opts.get("scheduling_strategy"))),
             labels=labels_of(opts),
+            concurrency_groups=_groups_of(opts),
             fn_blob=self._exported.blob)
         if nested:
             client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])
@@ -162,6 +163,15 @@ class ActorClass:
                              int(opts.get("max_task_retries", 0)), owned=True)
         handle._max_pending_calls = max_pending
         return handle
+
+
+def _groups_of(opts: dict[str, Any]) -> dict[str, int]:
+    groups = opts.get("concurrency_groups") or {}
+    if not isinstance(groups, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            for k, v in groups.items()):
+        raise ValueError(f"concurrency_groups must map group names to ints >= 1, got {groups!r}")
+    return dict(groups)
 
 
 def _method_table(cls: type) -> dict[str, int]:

@@ -131,6 +131,7 @@ class CreateActor(Message, tag=28):
     gpu_ids: list[int] = []
     restarts: int = 0
     labels: dict[str, str] = {}  # the node's labels must match these exactly
+    concurrency_groups: dict[str, int] = {}  # group name -> calls it may run at once
 
 
 class ActorState(Message, tag=29):

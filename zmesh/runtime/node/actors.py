@@ -163,7 +163,8 @@ class ActorManager:
             placement=spec.placement, name=spec.name, namespace=spec.namespace,
             detached=spec.detached, max_restarts=spec.max_restarts,
             max_concurrency=spec.max_concurrency, is_async=spec.is_async, env_vars=env,
-            fn_blob=blob, gpu_ids=gpu_ids, restarts=entry.restarts))
+            fn_blob=blob, gpu_ids=gpu_ids, restarts=entry.restarts,
+            concurrency_groups=spec.concurrency_groups))
 
     def _on_state_from_worker(self, sender: str, msg: m.ActorState, bufs: list[Any]) -> None:
         entry = self.actors.get(msg.actor_id)

@@ -27,6 +27,7 @@ from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.worker import events, logs, streaming
+from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.task_error import capture
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class Executor:
         self.pool: ThreadPoolExecutor | None = None
         self.aio: asyncio.AbstractEventLoop | None = None
         self.aio_sem: asyncio.Semaphore | None = None
+        self.groups: ConcurrencyGroups | None = None
         self.running: bytes = b""
         self.cancelled: set[bytes] = set()
         self._cancel_lock = threading.Lock()
@@ -71,6 +73,8 @@ class Executor:
         for call in self.mailbox.deliver(msg.caller, msg.seq, msg):
             if self.aio is not None:
                 self.aio.call_soon_threadsafe(self._start_async_call, call)
+            elif self.groups is not None:
+                self.groups.submit(self._call, call, self._reject)
             elif self.pool is not None:
                 self.pool.submit(self._call, call)
             else:
@@ -247,9 +251,12 @@ class Executor:
                 class_name=spec.class_name))
             return
         self.actor = spec
+        if spec.concurrency_groups:
+            self.groups = ConcurrencyGroups(type(self.instance), spec.concurrency_groups,
+                                            spec.max_concurrency, spec.is_async)
         if spec.is_async:
             self._start_asyncio(spec.max_concurrency)
-        elif spec.max_concurrency > 1:
+        elif spec.max_concurrency > 1 and self.groups is None:
             self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="zmesh-actor")
         client.loop.send_threadsafe(client.node_address, m.ActorState(
             actor_id=spec.actor_id, state="alive", address=client.address,
@@ -286,6 +293,11 @@ class Executor:
             returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
         self._reply(call.caller, call.task_id, returns, refs)
 
+    def _reject(self, call: m.ActorCall, exc: BaseException) -> None:
+        """Fail a call that cannot run (an unknown concurrency group)."""
+        error = _error(self._method_name(call), exc, self.pid)
+        self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
+
     def _method_name(self, call: m.ActorCall) -> str:
         cls = self.actor.class_name if self.actor is not None else "actor"
         return f"{cls}.{call.method}"
@@ -313,7 +325,14 @@ class Executor:
         name = self._method_name(call)
         events.recorder.begin(call.task_id, name, "actor_call")
         refs: list[Any] = []
-        async with self.aio_sem:
+        sem = self.aio_sem
+        if self.groups is not None:
+            try:
+                sem = self.groups.semaphore(call)
+            except ValueError as exc:
+                self._reject(call, exc)
+                return
+        async with sem:
             try:
                 if call.method == TERMINATE:
                     raise ActorExit(TERMINATED)
