@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from zmesh.core.ownership import OwnerNodeDied
 from zmesh.errors import (
     GetTimeoutError,
     NodeDiedError,
@@ -32,6 +33,7 @@ from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner.actor_calls import ActorCaller
 from zmesh.runtime.owner.node_watch import NodeWatch
 from zmesh.runtime.owner.objects import ObjectEntry, ObjectTable
+from zmesh.runtime.owner.owner_probe import OwnerProbe
 from zmesh.runtime.owner.submit import TaskSubmitter
 from zmesh.store.mapping import StoreMapper
 from zmesh.transports import open_endpoint
@@ -39,7 +41,6 @@ from zmesh.transports import open_endpoint
 logger = logging.getLogger(__name__)
 
 _REQUEST_REPLIES = (m.AllocReply, m.NamedActorReply, m.QueryReply)
-OWNER_DEATH_WAIT_S = 4.0  # how long a failed read waits to learn whether the owner's node died
 
 
 class CoreClient:
@@ -80,8 +81,6 @@ class CoreClient:
         self.mapper: StoreMapper | None = None
         self.node_id = ""
         self._map_lock = threading.Lock()
-        self._deaths = threading.Condition()  # NodeDied news, for readers of borrowed copies
-        self._dead_nodes: list[tuple[str, str, str]] = []  # (address, ipc prefix, why)
         self._local = threading.local()
         self._requests: dict[int, Future[Any]] = {}
         self._request_ids = itertools.count(1)
@@ -116,6 +115,7 @@ class CoreClient:
         self.tasks.register(loop)
         self.actors.register(loop)
         self.node_watch = NodeWatch(loop, node_address, self._on_node_lost)
+        self.owner_probe = OwnerProbe(self)
 
     # -- lifecycle -------------------------------------------------------------------------
     def connect(self, timeout: float = 30.0) -> m.ClientRegistered:
@@ -293,32 +293,25 @@ class CoreClient:
             except ObjectLostError as exc:
                 rebuilt = self._rebuild_value(ref, deadline)
                 if rebuilt is None:
-                    self._raise_if_owner_died(ref, exc)
+                    self._raise_if_owner_died(ref, exc, deadline)
                     raise
                 v = rebuilt
                 obj = values.decode(v, self.read)
             out.append(values.raise_if_error(v, obj))
         return out
 
-    def _raise_if_owner_died(self, ref: ObjectRef, exc: ObjectLostError) -> None:
-        """A borrowed copy that cannot be read, whose owner lived on another node: give the
-        mesh the few seconds it takes to declare that node dead, and say so if it was."""
+    def _raise_if_owner_died(self, ref: ObjectRef, exc: ObjectLostError,
+                             deadline: float | None) -> None:
+        """A borrowed copy that cannot be read, whose owner lived on another node: raise
+        OwnerDiedError if the ownership core's verdict is that the owner died."""
         entry = self.objects.entries.get(ref.id)
         if entry is None or entry.owned or isinstance(exc, OwnerDiedError):
             return
         if entry.owner.startswith(self.local_prefix):
             return  # the owner shares our node, which is alive
-        owner = entry.owner
-        self.loop.wait_for(self._deaths, lambda: self._owner_death(owner), OWNER_DEATH_WAIT_S)
-        why = self._owner_death(owner)
-        if why:
-            raise OwnerDiedError(f"{ref!r} is lost: {why}") from exc
-
-    def _owner_death(self, owner: str) -> str:
-        for address, prefix, why in self._dead_nodes:
-            if owner == address or (prefix and owner.startswith(prefix)):
-                return why
-        return ""
+        verdict = self.owner_probe.verdict(ref.id, deadline)
+        if verdict is not None and verdict.owner_died:
+            raise OwnerDiedError(f"{ref!r} is lost: {verdict.why}") from exc
 
     def _rebuild_value(self, ref: ObjectRef, deadline: float | None) -> m.Value | None:
         """A new value for a ref whose stored copy was lost, made again by re-running the task
@@ -452,16 +445,7 @@ class CoreClient:
         prefix = (msg.ipc_dir if "://" in msg.ipc_dir else f"ipc://{msg.ipc_dir}/"
                   ) if msg.ipc_dir else None
         why = f"its owner lived on node {msg.node_id}, which {msg.why}"
-        with self._deaths:
-            self._dead_nodes.append((msg.address, prefix or "", why))
-            self._deaths.notify_all()
-        err = values.encode_error(OwnerDiedError(
-            f"the owner of this object lived on node {msg.node_id}, which {msg.why}"))
-        for oid, entry in list(self.objects.entries.items()):
-            if not entry.owned and entry.value is None and (
-                    entry.owner == msg.address or
-                    (prefix is not None and entry.owner.startswith(prefix))):
-                self.objects.set_value(oid, err)
+        self.owner_probe.feed(OwnerNodeDied(msg.address, prefix or "", why))
 
     def _on_free(self, object_id: bytes, entry: ObjectEntry) -> None:
         if not entry.owned:
@@ -473,10 +457,6 @@ class CoreClient:
         if value is not None and value.loc is not None:
             self.loop.send(self.node_address, m.FreeObjects(object_ids=[object_id],
                                                             node=value.loc.node))
-        if entry.contained:
-            self.objects.remove_submitted(entry.contained)
-        for inner in entry.held:
-            self.objects.decref(inner)
 
     def hold_returned(self, sender: str, return_ids: list[bytes], contained: list[bytes]) -> None:
         """The returns hold objects of `sender`: borrow them while the returns live (loop)."""

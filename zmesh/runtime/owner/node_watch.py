@@ -40,7 +40,6 @@ class NodeWatch:
         self._seq = 0
         self._last_pong = self.loop.clock()
         self._timeout = node_timeout_s()
-        loop.on(Pong, self._on_pong)
 
     def start(self, node_id: str, pid: int) -> None:
         """Begin watching (loop thread). `pid` is watched only for a node on this machine."""
@@ -49,8 +48,8 @@ class NodeWatch:
         self._last_pong = self.loop.clock()
         self._tick()
 
-    def _on_pong(self, sender: str, msg: Pong, bufs: list[Any]) -> None:
-        # Only the node is pinged (it answers from its mesh address, not the one we dial).
+    def on_pong(self, sender: str, msg: Pong, bufs: list[Any]) -> None:
+        """The node's answer (it answers from its mesh address, not the one we dial)."""
         self._last_pong = self.loop.clock()
 
     def _tick(self) -> None:

@@ -1,47 +1,73 @@
-"""The client's object table: values it owns or borrows, and their reference counts.
+"""The client's object table: the shell around the ownership core (`zmesh.core.ownership`).
 
-An owned object lives until its local refs, its borrowers and the tasks using it as an
-argument are all gone; then every copy is freed. A borrowed object tells its owner when
-this process stops holding it. Both threads touch the table, under one lock.
+The core decides when an object is released and what a failed read means; this table keeps
+what the core does not (values, callbacks waiting for them, lineage) and serializes the two
+threads that touch it (user threads making and dropping refs, the loop thread) under one
+lock. Released objects go to `on_free(id, entry)` on the loop.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from zmesh.core.exhaustive import assert_never
+from zmesh.core.ownership import (
+    Action,
+    AddBorrower,
+    AddLocal,
+    AddSubmitted,
+    Escaped,
+    Event,
+    FailBorrowed,
+    Free,
+    HoldBorrowed,
+    HoldContained,
+    Ownership,
+    ProbeOwner,
+    Record,
+    RefuseBorrow,
+    RemoveBorrower,
+    RemoveLocal,
+    RemoveSubmitted,
+    Verdict,
+)
 from zmesh.protocol.messages.runtime import Value
 
 Callback = Callable[[Value], None]
 
 
 class ObjectEntry:
-    """One object as this process sees it."""
+    """One object as this process sees it: the core's counts plus the shell's value."""
 
-    __slots__ = ("value", "owner", "owned", "local", "borrowers", "submitted", "callbacks",
-                 "requested", "escaped", "contained", "held", "lineage")
+    __slots__ = ("record", "value", "callbacks", "requested", "lineage", "held")
 
-    def __init__(self, owner: str, owned: bool) -> None:
+    def __init__(self, record: Record) -> None:
+        self.record = record
         self.value: Value | None = None
-        self.owner = owner
-        self.owned = owned
-        self.local = 0
-        self.borrowers: set[str] = set()
-        self.submitted = 0
         self.callbacks: list[Callback] = []
         self.requested = False
-        self.escaped = False
-        self.contained: list[bytes] = []  # refs inside this (owned) value, held while it lives
-        self.held: list[bytes] = []  # others' objects inside this value, borrowed while it lives
         self.lineage: Any = None  # the task that made this (stored) value, to make it again
+        self.held: tuple[bytes, ...] = ()  # set when freed: others' objects it borrowed
 
-    def in_use(self) -> bool:
-        return bool(self.local or self.borrowers or self.submitted or self.escaped)
+    @property
+    def owner(self) -> str:
+        return self.record.owner
+
+    @property
+    def owned(self) -> bool:
+        return self.record.owned
+
+    @property
+    def local(self) -> int:
+        return self.record.local
 
 
 class ObjectTable:
-    """Reference counts and values; `on_free(id, entry)` runs on the loop when one is released."""
+    """Reference counts and values; `on_free(id, entry)` runs on the loop when one is released.
+    The core's other actions (owner probes, verdicts, failed borrows) are returned by
+    `handle` for the caller to carry out."""
 
     def __init__(self, address: str, post: Callable[..., None],
                  on_free: Callable[[bytes, ObjectEntry], None]) -> None:
@@ -49,97 +75,73 @@ class ObjectTable:
         # Reentrant: ObjectRef.__del__ may run (from the garbage collector) inside any
         # allocation made while this lock is held, and it takes the lock again to decref.
         self.lock = threading.RLock()
+        self.core = Ownership(address)
         self.entries: dict[bytes, ObjectEntry] = {}
         self._post = post
         self._on_free = on_free
 
+    def handle(self, event: Event) -> list[Action]:
+        """Feed the core one event and carry out its actions; returns them too."""
+        freed: list[tuple[bytes, ObjectEntry]] = []
+        with self.lock:
+            actions = self.core.handle(event)
+            for action in actions:
+                match action:
+                    case Free(oid, _owner, _owned, held):
+                        entry = self.entries.pop(oid, None)
+                        if entry is not None:
+                            entry.held = held
+                            freed.append((oid, entry))
+                    case RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict():
+                        pass  # the caller's to carry out
+                    case _:
+                        assert_never(action)
+        for oid, entry in freed:
+            self._post(self._on_free, oid, entry)
+        return actions
+
     # -- counting --------------------------------------------------------------------------
     def incref(self, object_id: bytes, owner: str) -> None:
         with self.lock:
-            entry = self.entries.get(object_id)
-            if entry is None:
-                entry = self.entries[object_id] = ObjectEntry(owner, owner == self.address)
-            entry.local += 1
+            self.core.handle(AddLocal(object_id, owner))
+            if object_id not in self.entries:
+                self.entries[object_id] = ObjectEntry(self.core.records[object_id])
 
     def decref(self, object_id: bytes) -> None:
-        with self.lock:
-            entry = self.entries.get(object_id)
-            if entry is None:
-                return
-            entry.local -= 1
-            if entry.in_use():
-                return
-            del self.entries[object_id]
-        self._post(self._on_free, object_id, entry)
+        self.handle(RemoveLocal(object_id))
 
-    def add_submitted(self, object_ids: list[bytes]) -> None:
-        with self.lock:
-            for oid in object_ids:
-                entry = self.entries.get(oid)
-                if entry is not None:
-                    entry.submitted += 1
+    def add_submitted(self, object_ids: Sequence[bytes]) -> None:
+        self.handle(AddSubmitted(tuple(object_ids)))
 
-    def remove_submitted(self, object_ids: list[bytes]) -> None:
-        self._release(object_ids, lambda e: setattr(e, "submitted", e.submitted - 1))
+    def remove_submitted(self, object_ids: Sequence[bytes]) -> None:
+        self.handle(RemoveSubmitted(tuple(object_ids)))
 
-    def add_borrower(self, object_ids: list[bytes], borrower: str) -> None:
-        with self.lock:
-            for oid in object_ids:
-                entry = self.entries.get(oid)
-                if entry is not None:
-                    entry.borrowers.add(borrower)
+    def add_borrower(self, object_ids: Sequence[bytes], borrower: str) -> None:
+        self.handle(AddBorrower(tuple(object_ids), borrower))
 
-    def remove_borrower(self, object_ids: list[bytes], borrower: str) -> None:
-        self._release(object_ids, lambda e: e.borrowers.discard(borrower))
+    def remove_borrower(self, object_ids: Sequence[bytes], borrower: str) -> None:
+        self.handle(RemoveBorrower(tuple(object_ids), borrower))
 
-    def hold_contained(self, object_id: bytes, inner_ids: list[bytes]) -> None:
+    def hold_contained(self, object_id: bytes, inner_ids: Sequence[bytes]) -> None:
         """The value of `object_id` holds refs to `inner_ids`: keep them while it lives."""
-        with self.lock:
-            entry = self.entries.get(object_id)
-            if entry is None:
-                return
-            entry.contained = list(inner_ids)
-            for oid in inner_ids:
-                inner = self.entries.get(oid)
-                if inner is not None:
-                    inner.submitted += 1
+        self.handle(HoldContained(object_id, tuple(inner_ids)))
 
-    def hold_borrowed(self, outer_ids: list[bytes], inner_ids: list[bytes], owner: str) -> bool:
+    def hold_borrowed(self, outer_ids: Sequence[bytes], inner_ids: Sequence[bytes],
+                      owner: str) -> bool:
         """Borrow `owner`'s objects inner_ids for as long as the first live outer object lives;
         False if none of the outer objects is held any more (then nothing is borrowed)."""
         with self.lock:
-            outer = next((self.entries[o] for o in outer_ids if o in self.entries), None)
-            if outer is None:
+            actions = self.core.handle(HoldBorrowed(tuple(outer_ids), tuple(inner_ids), owner))
+            if any(isinstance(a, RefuseBorrow) for a in actions):
                 return False
             for oid in inner_ids:
-                entry = self.entries.get(oid)
-                if entry is None:
-                    entry = self.entries[oid] = ObjectEntry(owner, owner == self.address)
-                entry.local += 1
-            outer.held = outer.held + list(inner_ids)
+                if oid not in self.entries:
+                    self.entries[oid] = ObjectEntry(self.core.records[oid])
         return True
 
-    def mark_escaped(self, object_ids: list[bytes]) -> None:
+    def mark_escaped(self, object_ids: Sequence[bytes]) -> None:
         """A ref left in a return value: keep the object for whoever receives it."""
-        with self.lock:
-            for oid in object_ids:
-                entry = self.entries.get(oid)
-                if entry is not None:
-                    entry.escaped = True
-
-    def _release(self, object_ids: list[bytes], change: Callable[[ObjectEntry], Any]) -> None:
-        freed = []
-        with self.lock:
-            for oid in object_ids:
-                entry = self.entries.get(oid)
-                if entry is None:
-                    continue
-                change(entry)
-                if not entry.in_use():
-                    del self.entries[oid]
-                    freed.append((oid, entry))
-        for oid, entry in freed:
-            self._post(self._on_free, oid, entry)
+        self.handle(Escaped(tuple(object_ids)))
 
     # -- values ----------------------------------------------------------------------------
     def set_value(self, object_id: bytes, value: Value) -> ObjectEntry | None:

@@ -1,0 +1,362 @@
+"""Ownership as a pure state machine: reference counts, borrowers, and owner death.
+
+One per process (driver or worker). It decides when an object this process tracks is
+released (its local refs, the tasks that take it as an argument, the objects whose value
+holds it, and — for an object it owns — its borrowers are all gone), and what a failed
+read of a borrowed copy means: the owner died (its node's death was announced, or it did
+not answer a probe in time) or only the copy was lost (the owner answered). No I/O and no
+clock: the shell feeds events in (`handle`) and carries the actions out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = [
+    "AddBorrower", "AddLocal", "AddSubmitted", "Event", "Action", "Escaped", "Free",
+    "FailBorrowed", "HoldBorrowed", "HoldContained", "OwnerAnswered", "OwnerNodeDied",
+    "Ownership", "ProbeOwner", "ProbeTimedOut", "ReadFailed", "RefuseBorrow", "RemoveBorrower",
+    "RemoveLocal", "RemoveSubmitted", "Verdict",
+]
+
+
+# -- events ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AddLocal:
+    """A ref to `object_id` was made in this process (created, received or deserialized)."""
+
+    object_id: bytes
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveLocal:
+    """A ref to `object_id` in this process was dropped."""
+
+    object_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AddSubmitted:
+    """Tasks that take these objects as arguments were submitted (one count each)."""
+
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveSubmitted:
+    """Those tasks finished (or the values holding the objects were freed)."""
+
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddBorrower:
+    """Another process holds refs to these (owned) objects."""
+
+    object_ids: tuple[bytes, ...]
+    borrower: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveBorrower:
+    """That process stopped holding them."""
+
+    object_ids: tuple[bytes, ...]
+    borrower: str
+
+
+@dataclass(frozen=True, slots=True)
+class Escaped:
+    """A ref left this process inside a return value: keep the object for its receiver."""
+
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HoldContained:
+    """The value of owned `object_id` holds refs to `inner`: keep them while it lives."""
+
+    object_id: bytes
+    inner: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HoldBorrowed:
+    """Values `outer` (returns we got) hold `owner`'s objects `inner`: borrow them while
+    the first of `outer` that we still track lives."""
+
+    outer: tuple[bytes, ...]
+    inner: tuple[bytes, ...]
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFailed:
+    """Reading the stored copy of `object_id` failed (the copy is gone)."""
+
+    object_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerNodeDied:
+    """A node died: owners at `address` or with ipc sockets under `ipc_prefix` died too."""
+
+    address: str
+    ipc_prefix: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerAnswered:
+    """`owner` answered a probe: it lives."""
+
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTimedOut:
+    """`owner` did not answer a probe in time (timer event)."""
+
+    owner: str
+
+
+Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
+         | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerAnswered
+         | ProbeTimedOut)
+
+
+# -- actions --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Free:
+    """Nothing holds the object any more: free its copies (owned) or tell its owner we stop
+    borrowing it; the objects in `held` were borrowed for its value and are released too."""
+
+    object_id: bytes
+    owner: str
+    owned: bool
+    held: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseBorrow:
+    """No outer value of a `HoldBorrowed` lives: tell `owner` we borrow none of `inner`."""
+
+    inner: tuple[bytes, ...]
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailBorrowed:
+    """A borrowed object waiting for its value: its owner died, so it never comes."""
+
+    object_id: bytes
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOwner:
+    """Ask `owner` whether it lives (and start the probe's timer)."""
+
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a failed read means: `owner_died` (with `why`) or only the copy was lost."""
+
+    object_id: bytes
+    owner_died: bool
+    why: str
+
+
+Action = Free | RefuseBorrow | FailBorrowed | ProbeOwner | Verdict
+
+
+@dataclass(slots=True)
+class Record:
+    """Counts of one tracked object."""
+
+    owner: str
+    owned: bool
+    local: int = 0
+    submitted: int = 0
+    borrowers: set[str] = field(default_factory=set)
+    escaped: bool = False
+    contained: tuple[bytes, ...] = ()
+    held: tuple[bytes, ...] = ()
+
+    def in_use(self) -> bool:
+        return bool(self.local or self.submitted or self.borrowers or self.escaped)
+
+
+class Ownership:
+    """The ownership machine of one process at `address`; `handle(event) -> actions`."""
+
+    def __init__(self, address: str, log_size: int = 10_000) -> None:
+        self.address = address
+        self.records: dict[bytes, Record] = {}
+        self.dead_owners: list[tuple[str, str, str]] = []  # (address, ipc prefix, why)
+        self.probing: dict[str, set[bytes]] = {}  # owner -> failed reads awaiting a verdict
+        self.log: deque[tuple[Event, tuple[Action, ...]]] = deque(maxlen=log_size)
+
+    # -- the entry point -----------------------------------------------------------------
+    def handle(self, event: Event) -> list[Action]:
+        """Apply one event; return what the shell must do."""
+        out: list[Action] = []
+        match event:
+            case AddLocal(oid, owner):
+                rec = self.records.get(oid)
+                if rec is None:
+                    rec = self.records[oid] = Record(owner, owner == self.address)
+                rec.local += 1
+            case RemoveLocal(oid):
+                rec = self.records.get(oid)
+                if rec is not None:
+                    rec.local -= 1
+                    self._maybe_free(oid, out)
+            case AddSubmitted(oids):
+                for oid in oids:
+                    rec = self.records.get(oid)
+                    if rec is not None:
+                        rec.submitted += 1
+            case RemoveSubmitted(oids):
+                for oid in oids:
+                    rec = self.records.get(oid)
+                    if rec is not None:
+                        rec.submitted -= 1
+                        self._maybe_free(oid, out)
+            case AddBorrower(oids, borrower):
+                for oid in oids:
+                    rec = self.records.get(oid)
+                    if rec is not None:
+                        rec.borrowers.add(borrower)
+            case RemoveBorrower(oids, borrower):
+                for oid in oids:
+                    rec = self.records.get(oid)
+                    if rec is not None:
+                        rec.borrowers.discard(borrower)
+                        self._maybe_free(oid, out)
+            case Escaped(oids):
+                for oid in oids:
+                    rec = self.records.get(oid)
+                    if rec is not None:
+                        rec.escaped = True
+            case HoldContained(oid, inner):
+                rec = self.records.get(oid)
+                if rec is not None:
+                    rec.contained = rec.contained + inner
+                    for i in inner:
+                        inner_rec = self.records.get(i)
+                        if inner_rec is not None:
+                            inner_rec.submitted += 1
+            case HoldBorrowed(outer, inner, owner):
+                self._hold_borrowed(outer, inner, owner, out)
+            case ReadFailed(oid):
+                self._read_failed(oid, out)
+            case OwnerNodeDied(address, prefix, why):
+                self._owner_node_died(address, prefix, why, out)
+            case OwnerAnswered(owner):
+                for oid in sorted(self.probing.pop(owner, ())):
+                    out.append(Verdict(oid, False, ""))
+            case ProbeTimedOut(owner):
+                why = f"its owner {owner} did not answer"
+                for oid in sorted(self.probing.pop(owner, ())):
+                    out.append(Verdict(oid, True, why))
+            case _:
+                raise TypeError(f"not an ownership event: {event!r}")
+        self.log.append((event, tuple(out)))
+        return out
+
+    # -- rules ---------------------------------------------------------------------------
+    def _maybe_free(self, oid: bytes, out: list[Action]) -> None:
+        rec = self.records.get(oid)
+        if rec is None or rec.in_use():
+            return
+        del self.records[oid]
+        out.append(Free(oid, rec.owner, rec.owned, rec.held))
+        for i in rec.contained:  # values inside an owned value were held like arguments
+            inner = self.records.get(i)
+            if inner is not None:
+                inner.submitted -= 1
+                self._maybe_free(i, out)
+        for i in rec.held:
+            inner = self.records.get(i)
+            if inner is not None:
+                inner.local -= 1
+                self._maybe_free(i, out)
+
+    def _hold_borrowed(self, outer: tuple[bytes, ...], inner: tuple[bytes, ...], owner: str,
+                       out: list[Action]) -> None:
+        host = next((self.records[o] for o in outer if o in self.records), None)
+        if host is None:
+            out.append(RefuseBorrow(inner, owner))
+            return
+        for i in inner:
+            rec = self.records.get(i)
+            if rec is None:
+                rec = self.records[i] = Record(owner, owner == self.address)
+            rec.local += 1
+        host.held = host.held + inner
+
+    def _owner_death(self, owner: str) -> str:
+        for address, prefix, why in self.dead_owners:
+            if owner == address or (prefix and owner.startswith(prefix)):
+                return why
+        return ""
+
+    def _read_failed(self, oid: bytes, out: list[Action]) -> None:
+        rec = self.records.get(oid)
+        if rec is None or rec.owned:
+            out.append(Verdict(oid, False, ""))
+            return
+        why = self._owner_death(rec.owner)
+        if why:
+            out.append(Verdict(oid, True, why))
+            return
+        waiting = self.probing.setdefault(rec.owner, set())
+        if not waiting:
+            out.append(ProbeOwner(rec.owner))
+        waiting.add(oid)
+
+    def _owner_node_died(self, address: str, prefix: str, why: str, out: list[Action]) -> None:
+        self.dead_owners.append((address, prefix, why))
+        for owner in sorted(self.probing):
+            if owner == address or (prefix and owner.startswith(prefix)):
+                for oid in sorted(self.probing.pop(owner)):
+                    out.append(Verdict(oid, True, why))
+        for oid, rec in list(self.records.items()):
+            if not rec.owned and (rec.owner == address or
+                                  (prefix and rec.owner.startswith(prefix))):
+                out.append(FailBorrowed(oid, why))
+
+    # -- checks and history --------------------------------------------------------------
+    def validate(self) -> None:
+        """Check the invariants; AssertionError naming the object and its story if broken."""
+        for oid, rec in self.records.items():
+            assert rec.in_use(), f"{oid.hex()} is tracked but unused\n{self.story(oid)}"
+            assert rec.local >= 0 and rec.submitted >= 0, \
+                f"{oid.hex()} has a negative count\n{self.story(oid)}"
+            assert rec.owned == (rec.owner == self.address), f"{oid.hex()} owner mixed up"
+            assert rec.owned or not rec.borrowers, \
+                f"{oid.hex()} is borrowed yet has borrowers\n{self.story(oid)}"
+        for owner, oids in self.probing.items():
+            assert oids, f"an empty probe of {owner}"
+            assert not self._owner_death(owner), f"probing {owner}, known dead"
+
+    def story(self, object_id: bytes) -> str:
+        """The logged events and actions that concern `object_id`, oldest first."""
+        lines = []
+        for event, actions in self.log:
+            if _mentions(event, object_id) or any(_mentions(a, object_id) for a in actions):
+                lines.append(f"{event!r} -> {list(actions)!r}")
+        return "\n".join(lines) or f"(no events about {object_id.hex()})"
+
+
+def _mentions(item: Event | Action, object_id: bytes) -> bool:
+    for name in ("object_id", "object_ids", "outer", "inner", "held"):
+        value = getattr(item, name, None)
+        if value == object_id or (isinstance(value, tuple) and object_id in value):
+            return True
+    return False
