@@ -5,6 +5,13 @@ learns who sent a message from the identity frame with no extra bytes on the wir
 64 KiB and more go zero-copy in both directions. All endpoints of a process share one zmq
 Context (inproc needs that), reference-counted so that closing the last endpoint terminates
 it and its I/O threads.
+
+Closed by default: every tcp connection is CURVE-encrypted, and a tcp ROUTER admits only
+clients that hold its mesh's cluster key (checked by the ZAP handler of `zmesh.security`), so
+a routing id seen on tcp was chosen by a member of the mesh. ipc sockets live in directories
+only their user can open; inproc never leaves the process. Outbound DEALERs are bounded (least
+recently used ones are closed beyond `max_peers`, idle ones by `close_idle`), so the fds a
+process holds do not grow with the number of peers it has ever talked to.
 """
 
 from __future__ import annotations
@@ -16,12 +23,16 @@ import os
 import socket
 import stat
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
 
 from zmesh.errors import TransportError
+from zmesh.security.keys import ClusterCredentials, process_credentials
+from zmesh.security.zap import ZapGate
 
 from .base import Buffer, Endpoint, frame_nbytes
 
@@ -34,6 +45,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
+DEFAULT_MAX_PEERS = 256
+"""Outbound connections an endpoint keeps open at most (the least recently used go first)."""
 ZERO_COPY_THRESHOLD = 64 * 1024
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
@@ -68,6 +81,7 @@ class _SharedContext:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._gate: ZapGate | None = None
         self._users = 0
         self._pid = 0
 
@@ -76,6 +90,7 @@ class _SharedContext:
             if self._context is None or self._pid != os.getpid():
                 # After fork the parent's context is unusable; start afresh in the child.
                 self._context = zmq.Context()
+                self._gate = None  # the parent's ZAP thread does not exist in a child
                 self._users = 0
                 self._pid = os.getpid()
             self._users += 1
@@ -87,7 +102,19 @@ class _SharedContext:
             if self._users > 0 or self._context is None:
                 return
             context, self._context = self._context, None
+            gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.stop()
         context.term()
+
+    def gate(self) -> ZapGate:
+        """The ZAP handler of the shared context (started on first use)."""
+        with self._lock:
+            if self._context is None:
+                raise TransportError("the zmq context is closed")
+            if self._gate is None:
+                self._gate = ZapGate(self._context)
+            return self._gate
 
 
 _shared_context = _SharedContext()
@@ -103,8 +130,10 @@ class ZmqEndpoint(Endpoint):
     Options: `max_frame_size` caps every frame sent and received (an oversized inbound frame
     makes libzmq drop that connection); `sndhwm`/`rcvhwm` bound each per-peer queue in
     messages; `linger` is how long (seconds) close waits to flush queued messages; `advertise`
-    overrides the address peers see (for wildcard binds); `curve_*` keys are passed through to
-    libzmq as given.
+    overrides the address peers see (for wildcard binds); `max_peers` bounds the outbound
+    connections kept open. tcp is CURVE-encrypted and ZAP-admitted with `credentials` (default:
+    this process's, see `zmesh.security.keys`); `insecure=True` turns that off, for meshes
+    whose every member does the same.
     """
 
     def __init__(
@@ -116,10 +145,9 @@ class ZmqEndpoint(Endpoint):
         rcvhwm: int = 10_000,
         linger: float = 0.1,
         advertise: str | None = None,
-        curve_secret_key: bytes | None = None,
-        curve_public_key: bytes | None = None,
-        curve_server: bool = False,
-        curve_server_key: bytes | None = None,
+        credentials: ClusterCredentials | None = None,
+        insecure: bool = False,
+        max_peers: int = DEFAULT_MAX_PEERS,
     ) -> None:
         if not address.startswith(_SCHEMES):
             raise TransportError(
@@ -130,18 +158,25 @@ class ZmqEndpoint(Endpoint):
         self.max_frame_size = max_frame_size
         self._sndhwm = sndhwm
         self._linger_ms = max(0, int(linger * 1000))
-        self._curve_client: tuple[bytes, bytes, bytes] | None = None
-        if curve_secret_key is not None and curve_public_key is not None:
-            server_key = curve_server_key if curve_server_key is not None else curve_public_key
-            self._curve_client = (curve_public_key, curve_secret_key, server_key)
-        elif curve_server or curve_secret_key is not None or curve_public_key is not None:
-            raise TransportError("CURVE needs both curve_secret_key and curve_public_key")
+        if max_peers < 1:
+            raise TransportError(f"max_peers must be at least 1, got {max_peers}")
+        if insecure and credentials is not None:
+            raise TransportError("pass credentials or insecure=True, not both")
+        self.credentials: ClusterCredentials | None = (
+            None if insecure else credentials if credentials is not None
+            else process_credentials())
+        self._max_peers = max_peers
         self._closed = False
         self._screen_inbound = address.startswith("inproc://")
         self.dropped_oversized = 0
         """Inbound messages refused for a frame over max_frame_size (inproc only; over tcp
         and ipc libzmq drops the connection instead, unseen by Python)."""
-        self._peers: dict[str, zmq.Socket[bytes]] = {}
+        self.dropped_unnamed = 0
+        """Inbound messages dropped because their routing id is not a zmesh address (not
+        UTF-8, or empty): no zmesh process sends those, and there is no one to answer."""
+        self._peers: OrderedDict[str, zmq.Socket[bytes]] = OrderedDict()
+        self._used: dict[str, float] = {}  # peer -> when it was last switched to
+        self._last_to = ""
         self._thread_senders: list[ZmqThreadSender] = []
         self._ipc_path: str | None = None
         self._extra_ipc_paths: list[str] = []
@@ -149,9 +184,7 @@ class ZmqEndpoint(Endpoint):
         self._wake_lock = threading.RLock()
         self._context = _shared_context.acquire()
         try:
-            self._router = self._bind_router(
-                address, max_frame_size, rcvhwm, curve_secret_key if curve_server else None
-            )
+            self._router = self._bind_router(address, max_frame_size, rcvhwm)
             self.address = advertise if advertise is not None else self._bound_address(address)
             self._routing_id = self.address.encode()
             if len(self._routing_id) > _MAX_ROUTING_ID:
@@ -176,9 +209,7 @@ class ZmqEndpoint(Endpoint):
 
     # -- binding --------------------------------------------------------------------------
 
-    def _bind_router(
-        self, address: str, max_frame_size: int, rcvhwm: int, curve_secret: bytes | None
-    ) -> zmq.Socket[bytes]:
+    def _bind_router(self, address: str, max_frame_size: int, rcvhwm: int) -> zmq.Socket[bytes]:
         router = self._context.socket(zmq.ROUTER)
         self._router = router  # so _release_all closes it if binding fails
         router.linger = 0
@@ -187,22 +218,29 @@ class ZmqEndpoint(Endpoint):
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         router.setsockopt(zmq.MAXMSGSIZE, max_frame_size)
         router.rcvhwm = rcvhwm
-        if curve_secret is not None:
-            router.curve_server = True
-            router.curve_secretkey = curve_secret
         self._bind_at(router, address)
         if address.startswith("ipc://"):
             self._ipc_path = router.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :]
         return router
 
-    @classmethod
-    def _bind_at(cls, router: zmq.Socket[bytes], address: str) -> None:
-        """Bind `router` at `address` (tcp port 0: any free port; ipc: checked first)."""
+    def _bind_at(self, router: zmq.Socket[bytes], address: str) -> None:
+        """Bind `router` at `address` (tcp port 0: any free port; ipc: checked first).
+
+        libzmq takes a copy of the socket's options at each bind, so a tcp bind is CURVE and
+        ZAP-gated while an ipc bind of the same ROUTER stays plain.
+        """
         target = address
         if address.startswith("tcp://") and address.endswith(":0"):
             target = address[:-2] + ":*"
         elif address.startswith("ipc://"):
-            cls._check_ipc_path(address[len("ipc://") :])
+            self._check_ipc_path(address[len("ipc://") :])
+        creds = self.credentials if address.startswith("tcp://") else None
+        if creds is not None:
+            router.zap_domain = _shared_context.gate().admit(creds).encode()
+            router.curve_server = True
+            router.curve_secretkey = creds.curve_secret
+        else:
+            router.curve_server = False
         try:
             router.bind(target)
         except zmq.ZMQError as exc:
@@ -259,6 +297,8 @@ class ZmqEndpoint(Endpoint):
         dealer = self._peers.get(to)
         if dealer is None:
             dealer = self._connect(to)
+        elif to is not self._last_to and to != self._last_to:
+            self._touch(to)
         cap = self.max_frame_size
         try:
             if len(frames) == 1:  # the common case, kept free of per-message allocations
@@ -319,7 +359,13 @@ class ZmqEndpoint(Endpoint):
                     # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
                     self.dropped_oversized += 1
                     continue
-                peer = sender.decode()
+                try:
+                    peer = sender.decode()
+                except UnicodeDecodeError:
+                    peer = ""
+                if not peer:
+                    self.dropped_unnamed += 1
+                    continue
                 cut = peer.find(_SUBSENDER)
                 return (peer if cut < 0 else peer[:cut]), frames
         except zmq.Again:
@@ -343,7 +389,38 @@ class ZmqEndpoint(Endpoint):
             except zmq.ZMQError:
                 self._wake_pending = False
 
+    def send_back(self, peer: str, frames: Sequence[Buffer]) -> bool:
+        """Answer `peer` over the connection it came in on, not a connection of ours: for
+        short-lived peers (a handshake probe) that bind no address. False if it is gone."""
+        if self._closed:
+            return False
+        try:
+            self._router.send_multipart([peer.encode(), *frames], _NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        return True
+
     # -- connections ----------------------------------------------------------------------
+
+    def _touch(self, to: str) -> None:
+        self._last_to = to
+        self._peers.move_to_end(to)
+        self._used[to] = time.monotonic()
+
+    def close_idle(self, max_idle_s: float) -> int:
+        """Close outbound connections not switched to for `max_idle_s` seconds; how many
+        closed. (They reopen on the next send; the one in use is never closed.)"""
+        if self._closed:
+            return 0
+        cutoff = time.monotonic() - max_idle_s
+        closed = 0
+        for peer in list(self._peers):
+            if self._used.get(peer, 0.0) > cutoff:
+                break  # in LRU order: the rest were used more recently
+            if peer != self._last_to:
+                self.disconnect(peer)
+                closed += 1
+        return closed
 
     def _connect(self, to: str) -> zmq.Socket[bytes]:
         if self._closed:
@@ -358,16 +435,18 @@ class ZmqEndpoint(Endpoint):
             dealer.linger = self._linger_ms
             dealer.sndhwm = self._sndhwm
             dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
-            if self._curve_client is not None:
-                public, secret, server = self._curve_client
-                dealer.curve_publickey = public
-                dealer.curve_secretkey = secret
-                dealer.curve_serverkey = server
+            _curve_client(dealer, to, self.credentials)
             dealer.connect(to)
         except zmq.ZMQError as exc:
             dealer.close(linger=0)
             raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
+        while len(self._peers) >= self._max_peers:
+            # Least recently used first; close() lingers to flush what it still queues.
+            old, evicted = self._peers.popitem(last=False)
+            self._used.pop(old, None)
+            evicted.close()
         self._peers[to] = dealer
+        self._touch(to)
         return dealer
 
     def thread_sender(self) -> ZmqThreadSender:
@@ -386,6 +465,9 @@ class ZmqEndpoint(Endpoint):
         if self._closed:
             raise TransportError(f"endpoint {self.address!r} is closed; cannot disconnect")
         dealer = self._peers.pop(peer, None)
+        self._used.pop(peer, None)
+        if peer == self._last_to:
+            self._last_to = ""
         if dealer is not None:
             dealer.close()
 
@@ -435,6 +517,16 @@ class ZmqEndpoint(Endpoint):
         return TransportError(f"{operation} on {self.address!r} failed: {exc}")
 
 
+def _curve_client(
+    dealer: zmq.Socket[bytes], to: str, credentials: ClusterCredentials | None
+) -> None:
+    """Make `dealer` a CURVE client of the mesh when it goes to a tcp peer."""
+    if credentials is not None and to.startswith("tcp://"):
+        dealer.curve_publickey = credentials.curve_public
+        dealer.curve_secretkey = credentials.curve_secret
+        dealer.curve_serverkey = credentials.curve_public
+
+
 def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
     """Registry factory for tcp://, ipc:// and inproc://."""
     return ZmqEndpoint(address, **options)
@@ -461,6 +553,7 @@ class ZmqThreadSender:
             dealer.sndhwm = ep._sndhwm
             dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
             try:
+                _curve_client(dealer, to, ep.credentials)
                 dealer.connect(to)
             except zmq.ZMQError as exc:
                 dealer.close(linger=0)

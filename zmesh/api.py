@@ -26,8 +26,14 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
          num_gpus: float | None = None, resources: dict[str, float] | None = None,
          object_store_memory: int | None = None, namespace: str | None = None,
          runtime_env: dict[str, Any] | None = None, ignore_reinit_error: bool = False,
-         log_to_driver: bool = True, **_ignored: Any) -> dict[str, Any]:
-    """Start a private node (no address) or connect to a running one at `address`."""
+         log_to_driver: bool = True, token: str | None = None,
+         **_ignored: Any) -> dict[str, Any]:
+    """Start a private node (no address) or connect to a running one at `address`.
+
+    Connecting needs the mesh's join token: `token`, else $ZMESH_TOKEN / $ZMESH_TOKEN_FILE,
+    else that of a node started on this machine at `address`. A wrong or missing token raises
+    `AuthenticationError` at once.
+    """
     with _lock:
         if context.maybe_client() is not None:
             if ignore_reinit_error:
@@ -51,6 +57,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 object_store_memory=int(object_store_memory or 0))
         else:
             node_address, session_dir = _resolve_address(address)
+            _authenticate(address, node_address, token)
         client = CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
         client.namespace = namespace or "default"
         client.default_env = dict((runtime_env or {}).get("env_vars") or {})
@@ -92,6 +99,30 @@ def _auto_init() -> None:
 
 
 context.set_auto_init(_auto_init)
+
+
+def _authenticate(address: str, node_address: str, token: str | None) -> None:
+    """Find the mesh's credentials, install them, and say Hello to the node with them."""
+    from zmesh.runtime.node.credentials import local_credentials
+    from zmesh.security import keys
+    from zmesh.security.probe import handshake
+
+    if os.environ.get(keys.INSECURE_ENV) == "1" and not token:
+        handshake(node_address, None, role="driver")  # a mesh run with --insecure
+        return
+    creds: keys.ClusterCredentials | None
+    if token:
+        creds = keys.ClusterCredentials.from_token(token)
+    else:
+        creds = keys.from_environment() or local_credentials([address, node_address])
+        if creds is None:
+            from zmesh.errors import AuthenticationError
+
+            raise AuthenticationError(
+                f"no join token for the zmesh mesh at {address}: pass init(address=..., "
+                "token=...) with the token its first node printed, or set ZMESH_TOKEN")
+    keys.install(creds)
+    handshake(node_address, creds, role="driver")
 
 
 def _resolve_address(address: str) -> tuple[str, str]:

@@ -110,3 +110,8 @@ class TaskUnschedulableError(ZmeshError):
 
 class ActorUnschedulableError(ZmeshError):
     """An actor can never be placed, for the same reasons as TaskUnschedulableError."""
+
+
+class AuthenticationError(HandshakeError):
+    """This process holds no credentials for a mesh, or the mesh refused the ones it holds
+    (a wrong or missing join token)."""

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 import transport_fixtures
-import zmq
 from transport_fixtures import LeakCheck
 
 from zmesh.errors import TransportError
+from zmesh.security.keys import ClusterCredentials
 from zmesh.transports import ZmqEndpoint, open_endpoint
 
 ipc_dir = transport_fixtures.ipc_dir
@@ -154,22 +154,24 @@ def test_advertise_overrides_the_address_peers_see(closing: list[ZmqEndpoint]) -
     assert server.recv(timeout=10) == ("tcp://node-7.example:7000", [b"x"])
 
 
-@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
-def test_curve_keys_are_passed_through_to_libzmq(closing: list[ZmqEndpoint], ipc_dir: str) -> None:
-    public, secret = zmq.curve_keypair()
-    keys = {"curve_public_key": public, "curve_secret_key": secret}
-    server = zmq_endpoint(closing, "tcp://127.0.0.1:0", curve_server=True, **keys)
-    client = zmq_endpoint(closing, "tcp://127.0.0.1:0", curve_server=True, **keys)
-    outsider = zmq_endpoint(closing, "tcp://127.0.0.1:0")
-    outsider.send(server.address, [b"plain text"])  # no keys: the handshake fails
-    client.send(server.address, [b"encrypted"])
-    assert server.recv(timeout=10) == (client.address, [b"encrypted"])
-    assert server.recv(timeout=0.2) is None
+def test_tcp_is_curve_and_admits_only_holders_of_the_cluster_key(
+        closing: list[ZmqEndpoint]) -> None:
+    mesh, other = ClusterCredentials.generate(), ClusterCredentials.generate()
+    server = zmq_endpoint(closing, "tcp://127.0.0.1:0", credentials=mesh)
+    member = zmq_endpoint(closing, "tcp://127.0.0.1:0", credentials=mesh)
+    stranger = zmq_endpoint(closing, "tcp://127.0.0.1:0", credentials=other)
+    plain = zmq_endpoint(closing, "tcp://127.0.0.1:0", insecure=True)
+    stranger.send(server.address, [b"wrong key"])
+    plain.send(server.address, [b"plain text"])  # no CURVE: the handshake fails
+    member.send(server.address, [b"encrypted"])
+    assert server.recv(timeout=10) == (member.address, [b"encrypted"])
+    assert server.recv(timeout=0.3) is None
 
 
-def test_curve_needs_both_keys() -> None:
-    with pytest.raises(TransportError, match="both curve_secret_key and curve_public_key"):
-        open_endpoint("tcp://127.0.0.1:0", curve_server=True)
+def test_credentials_and_insecure_are_exclusive() -> None:
+    with pytest.raises(TransportError, match="not both"):
+        open_endpoint("tcp://127.0.0.1:0", insecure=True,
+                      credentials=ClusterCredentials.generate())
 
 
 def test_binding_a_non_zmq_scheme_directly_is_refused() -> None:

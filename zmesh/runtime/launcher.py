@@ -10,6 +10,7 @@ import tempfile
 from typing import Any
 
 from zmesh.errors import ZmeshError
+from zmesh.security.keys import TOKEN_ENV, process_credentials
 
 
 def session_root() -> str:
@@ -77,6 +78,9 @@ def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
     session_dir = new_session_dir()
     env = dict(os.environ)
     env.update(env_vars or {})
+    creds = process_credentials()  # the private mesh's: this process's own
+    if creds is not None:
+        env[TOKEN_ENV] = creds.token
     env["ZMESH_LAZY_IMPORT"] = "1"  # the node needs its internals only: it starts faster
     cmd = [sys.executable, "-m", "zmesh.runtime.node.main", "--session-dir", session_dir,
            "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus),

@@ -30,6 +30,7 @@ from typing import Any
 from zmesh.errors import ZmeshError
 from zmesh.runtime.launcher import new_session_dir
 from zmesh.runtime.node.query import NodeQuerier
+from zmesh.security.keys import INSECURE_ENV, TOKEN_ENV, ClusterCredentials
 from zmesh.store.sweep import default_store_root, pid_alive
 
 __all__ = ["Cluster", "ClusterNode"]
@@ -74,6 +75,8 @@ class Cluster:
         self._removed: list[ClusterNode] = []
         self._querier: NodeQuerier | None = None
         self._blocked: dict[str, set[str]] = {}  # node address -> addresses cut from it
+        # The cluster's own mesh credentials: its nodes, queries and drivers use them.
+        self.credentials = ClusterCredentials.generate()
         if shutdown_at_exit:
             atexit.register(self.shutdown)
         if initialize_head:
@@ -84,6 +87,11 @@ class Cluster:
             raise ValueError("Cluster(connect=True) needs initialize_head=True")
 
     # -- nodes -----------------------------------------------------------------------------
+    @property
+    def token(self) -> str:
+        """The join token of the cluster's mesh (``init(address=..., token=...)``)."""
+        return self.credentials.token
+
     @property
     def address(self) -> str | None:
         """`host:port` of the head node, for `zmesh.init(address=...)`; None before the first
@@ -116,10 +124,12 @@ class Cluster:
                "--labels", json.dumps(node_args.get("labels") or {}),
                "--object-store-memory", str(int(node_args.get("object_store_memory") or
                                                  256 * 1024 * 1024)),
-               "--parent-pid", str(os.getpid())]
+               "--parent-pid", str(os.getpid()), "--testing"]
         if self.head_node is not None:
             cmd += ["--join", self.head_node.address]
         env = dict(os.environ, ZMESH_LAZY_IMPORT="1")  # a node needs only its internals
+        env[TOKEN_ENV] = self.credentials.token
+        env.pop(INSECURE_ENV, None)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
@@ -197,17 +207,18 @@ class Cluster:
     def _send_blocked(self, node: ClusterNode) -> None:
         import msgspec
 
-        if self._querier is None:
-            self._querier = NodeQuerier()
         arg = msgspec.msgpack.encode(sorted(self._blocked.get(node.address, set())))
-        self._querier.query(node.address, "block", arg)
+        self._querier_().query(node.address, "block", arg)
 
     # -- views -----------------------------------------------------------------------------
     def query(self, node: ClusterNode, what: str, timeout: float = 5.0) -> Any:
         """Ask one node for its state (`nodes`, `actors`, `pending`, ...)."""
+        return self._querier_().query(node.address, what, timeout=timeout)
+
+    def _querier_(self) -> NodeQuerier:
         if self._querier is None:
-            self._querier = NodeQuerier()
-        return self._querier.query(node.address, what, timeout=timeout)
+            self._querier = NodeQuerier(credentials=self.credentials)
+        return self._querier
 
     def live_view(self, node: ClusterNode) -> set[str]:
         """The node ids `node` counts as alive (itself included)."""
@@ -237,7 +248,7 @@ class Cluster:
 
         if self.address is None:
             raise ZmeshError("the cluster has no head node yet; call add_node() first")
-        return dict(zmesh.init(address=self.address, namespace=namespace))
+        return dict(zmesh.init(address=self.address, namespace=namespace, token=self.token))
 
     def shutdown(self) -> None:
         """Disconnect a driver connected here, stop every node, remove their files."""

@@ -15,29 +15,54 @@ import msgspec
 from zmesh.errors import ZmeshError
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
-from zmesh.transports import open_endpoint
+from zmesh.security import keys
+from zmesh.security.keys import ClusterCredentials
+from zmesh.transports import Endpoint, open_endpoint
 
 
 class NodeQuerier:
     """A small synchronous client for node queries (one thread at a time)."""
 
-    def __init__(self, bind: str = "tcp://127.0.0.1:0") -> None:
-        self.endpoint = open_endpoint(bind)
+    def __init__(self, bind: str = "tcp://127.0.0.1:0",
+                 credentials: ClusterCredentials | None = None) -> None:
+        self._bind = bind
+        self._credentials = credentials
+        self._endpoint: Endpoint | None = None
         self._ids = itertools.count(1)
+
+    def _endpoint_for(self, address: str) -> Endpoint:
+        # Opened at the first query, so that without credentials of its own the querier can
+        # use those of the node it asks (one started on this machine by this user).
+        if self._endpoint is None:
+            creds = self._credentials or keys.installed()
+            if creds is None:
+                from zmesh.runtime.node.credentials import local_credentials
+
+                creds = local_credentials([address])
+            self._endpoint = open_endpoint(self._bind, credentials=creds)
+        return self._endpoint
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The querier's endpoint (opened with this process's credentials if not yet open)."""
+        if self._endpoint is None:
+            self._endpoint = open_endpoint(self._bind, credentials=self._credentials)
+        return self._endpoint
 
     def query(self, address: str, what: str, arg: bytes = b"", timeout: float = 5.0) -> Any:
         """The node's decoded answer to `what`; ZmeshError if it errs or does not answer."""
         if not address.startswith(("tcp://", "ipc://")):
             address = f"tcp://{address}"
         rid = next(self._ids)
-        self.endpoint.send(address, [codec.encode(m.Query(request_id=rid, what=what, arg=arg))])
+        endpoint = self._endpoint_for(address)
+        endpoint.send(address, [codec.encode(m.Query(request_id=rid, what=what, arg=arg))])
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ZmeshError(f"no answer from the zmesh node at {address} within "
                                  f"{timeout:g}s to a {what!r} query")
-            item = self.endpoint.recv(left)
+            item = endpoint.recv(left)
             if item is None:
                 continue
             unpacked = codec.safe_unpack(item[1], sender=item[0])
@@ -51,7 +76,8 @@ class NodeQuerier:
             return msgspec.msgpack.decode(reply.data)
 
     def close(self) -> None:
-        self.endpoint.close()
+        if self._endpoint is not None:
+            self._endpoint.close()
 
     def __enter__(self) -> NodeQuerier:
         return self

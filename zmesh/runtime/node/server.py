@@ -23,7 +23,7 @@ import msgspec
 from zmesh.core.resources import NodeResources
 from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Dispatch, Failed, Forward, Infeasible, Pending, Request
-from zmesh.errors import TransportError
+from zmesh.errors import TransportError, ZmeshError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.common import Ping, Pong
 from zmesh.protocol.messages.ops import TaskEvents
@@ -32,6 +32,7 @@ from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.actors import ActorManager
 from zmesh.runtime.node.control import ControlAgent
+from zmesh.runtime.node.credentials import HelloDesk, check_seeds, resolve, save_token
 from zmesh.runtime.node.forward import Forwarder
 from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node.mesh import MeshAgent
@@ -42,6 +43,7 @@ from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
 from zmesh.runtime.owner.node_watch import node_timeout_s
 from zmesh.runtime.strategies import decode_strategy
+from zmesh.security.keys import installed as installed_credentials
 from zmesh.store.object_store import ObjectStore
 from zmesh.store.sweep import (
     create_node_store_dir,
@@ -91,17 +93,21 @@ class Node:
                  parent_pid: int = 0, job_id: str = "", host: str = "127.0.0.1", port: int = 0,
                  labels: dict[str, str] | None = None, loop: EventLoop | None = None,
                  make_pool: Callable[[Node], Any] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, insecure: bool = False,
+                 testing: bool = False) -> None:
         """With `loop`, the node runs on that loop's endpoint (any transport: peers and local
         clients share its one address) and `make_pool(node)` makes its worker pool; without,
-        it binds tcp for peers plus an ipc socket for local clients, and forks workers."""
+        it binds tcp for peers plus an ipc socket for local clients, and forks workers.
+        `insecure`: tcp without CURVE; `testing`: enable the fault-injection query hooks."""
         self.node_id = random_id(14).hex()
+        self.testing = testing  # test hooks (the "block" query) exist only when set
         self.session_dir = session_dir
         self.parent_pid = parent_pid
         self.job_id = job_id or random_id(4).hex()
         if loop is None:
             # Peers reach the node on tcp (its identity in the mesh); local clients on ipc.
-            zmq_endpoint = open_endpoint(f"tcp://{host}:{port}")
+            # tcp is CURVE with the installed cluster credentials (node/credentials.py).
+            zmq_endpoint = open_endpoint(f"tcp://{host}:{port}", insecure=insecure)
             self.endpoint: Endpoint = zmq_endpoint
             self.mesh_address = zmq_endpoint.address
             self.address = zmq_endpoint.bind_also(
@@ -146,6 +152,7 @@ class Node:
             on_join_failed=self._join_failed)
         self.objects = NodeObjects(self)
         self.ops = NodeOps(session_dir, self.node_id, self._worker_pid)
+        self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())
         self._register_handlers()
 
     # -- wiring ----------------------------------------------------------------------------
@@ -552,7 +559,7 @@ class Node:
         if what == "pending":
             return [{"name": p.name, "kind": p.kind, "reason": p.reason,
                      "infeasible": p.infeasible} for p in self.scheduler.pending()]
-        if what == "block":  # fault injection: cut the links to these nodes (both ways)
+        if what == "block" and self.testing:  # fault injection: cut links to these nodes
             self.loop.blocked = frozenset(msgspec.msgpack.decode(arg))
             return sorted(self.loop.blocked)
         if what == "leases":
@@ -618,6 +625,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--join", action="append", default=[])
     p.add_argument("--labels", default="{}")
+    p.add_argument("--token", default="", help="the mesh's join token")
+    p.add_argument("--token-file", default="", help="a file (mode 0600) holding the token")
+    p.add_argument("--insecure", action="store_true", help="no authentication, no encryption")
+    p.add_argument("--testing", action="store_true", help="enable fault-injection hooks")
     p.add_argument("--announce", action="store_true",
                    help="print how to join this node and connect a driver (zmesh node)")
     a = p.parse_args(argv)
@@ -627,16 +638,26 @@ def main(argv: list[str] | None = None) -> None:
         set_parent_death_signal(signal.SIGTERM)
     store_mem = a.object_store_memory or int(_total_memory() * 0.3)
     try:
+        creds = resolve(token=a.token, token_file=a.token_file, insecure=a.insecure,
+                        join=a.join)
+        check_seeds(a.join, creds)
+    except ZmeshError as exc:
+        raise SystemExit(f"zmesh node: {exc}") from None
+    if a.insecure:
+        logger.warning("zmesh node runs with --insecure: no authentication and no encryption; "
+                       "anyone who reaches its port can run code as this user")
+    try:
         node = Node(a.session_dir, num_cpus=a.num_cpus, num_gpus=a.num_gpus,
                     resources=resources, object_store_memory=store_mem,
                     parent_pid=a.parent_pid, job_id=a.job_id, host=a.host, port=a.port,
-                    labels=labels)
+                    labels=labels, insecure=a.insecure, testing=a.testing)
     except TransportError as exc:
         if "Address already in use" in str(exc):
             raise SystemExit(f"zmesh node: port {a.port} on {a.host} is already in use (another "
                              "zmesh node? `zmesh status`); choose another with --port, or "
                              "leave it out for a free one") from None
         raise SystemExit(f"zmesh node: {exc}") from None
+    save_token(a.session_dir, creds)
     # The loop thread is this thread: hand the stop to the loop rather than act mid-handler.
     signal.signal(signal.SIGTERM, lambda *x: node.loop.call_soon(node.stop, "SIGTERM"))
     signal.signal(signal.SIGINT, lambda *x: node.loop.call_soon(node.stop, "SIGINT"))
@@ -648,9 +669,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"ZMESH-NODE-READY {node.address} {node.node_id} {node.mesh_address}", flush=True)
     else:
         hostport = node.mesh_address[len("tcp://"):]
+        token = f" --token {creds.token}" if creds is not None else " --insecure"
+        init_token = f", token=\"{creds.token}\"" if creds is not None else ""
         print(f"zmesh node {node.node_id} is up at {hostport}\n"
-              f"  join it:          zmesh node --join {hostport}\n"
-              f"  connect a driver: zmesh.init(address=\"{hostport}\")\n"
+              f"  join it:          zmesh node --join {hostport}{token}\n"
+              f"  connect a driver: zmesh.init(address=\"{hostport}\"{init_token})\n"
+              "  (the join token is a secret: whoever holds it can run code on this mesh)\n"
               "  stop it:          Ctrl-C (or zmesh stop)", flush=True)
     if a.parent_pid:  # the driver stops reading our stdout now
         devnull = os.open(os.devnull, os.O_WRONLY)
