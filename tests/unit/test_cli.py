@@ -70,11 +70,23 @@ def test_only_accepts_workload_and_metric_names_in_suite_order():
     assert bench.resolve_only(None) == bench.ORDER
 
 
-def test_node_refuses_a_public_address_without_insecure():
+def test_insecure_node_warns_loudly():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "zmesh", "node", "--host", "192.0.2.1"],
-                          capture_output=True, text=True, timeout=60)
+    # 192.0.2.1 (TEST-NET) is no address of this machine: the bind fails after the warning.
+    proc = subprocess.run([sys.executable, "-m", "zmesh", "node", "--host", "192.0.2.1",
+                           "--insecure"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "WARNING: --insecure" in proc.stderr and "192.0.2.1" in proc.stderr
+
+
+def test_joining_with_a_malformed_token_fails_at_once_naming_it():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "zmesh", "node", "--join", "127.0.0.1:9",
+                           "--token", "zmesh1-not-a-token"], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 2
-    assert "--insecure" in proc.stderr and "192.0.2.1" in proc.stderr
+    assert "malformed zmesh join token" in proc.stderr

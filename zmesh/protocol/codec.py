@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union, cast
 
@@ -173,8 +174,24 @@ def safe_unpack(
     try:
         return unpack(frames, limits=limits)
     except ProtocolError as exc:
-        log.warning("dropped malformed message from %s: %s", _describe_sender(sender), exc)
+        _warn_dropped(log, sender, exc)
         return None
+
+
+_WARN_PERIOD_S = 10.0
+_warned = {"at": -_WARN_PERIOD_S, "suppressed": 0}
+
+
+def _warn_dropped(log: logging.Logger, sender: object, exc: ProtocolError) -> None:
+    """At most one warning per period: a peer sending garbage must not flood the log."""
+    now = time.monotonic()
+    if now - _warned["at"] < _WARN_PERIOD_S:
+        _warned["suppressed"] += 1
+        return
+    more = _warned["suppressed"]
+    _warned.update(at=now, suppressed=0)
+    tail = f" ({more} more dropped since the last warning)" if more else ""
+    log.warning("dropped malformed message from %s: %s%s", _describe_sender(sender), exc, tail)
 
 
 def _describe_sender(sender: object) -> str:

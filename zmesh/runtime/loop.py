@@ -26,6 +26,8 @@ from zmesh.transports.base import Endpoint
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[str, Any, list[Any]], None]
+IDLE_CONNECTION_S = 60.0
+"""An outbound connection unused this long is closed (reopened on the next send)."""
 
 
 class EventLoop:
@@ -119,8 +121,20 @@ class EventLoop:
         except TransportError:
             pass
 
+    def _close_idle(self) -> None:
+        """Close outbound connections unused for a while, so fds stay bounded over time."""
+        close_idle = getattr(self.endpoint, "close_idle", None)
+        if close_idle is None or self._stopping:
+            return
+        try:
+            close_idle(IDLE_CONNECTION_S)
+        except TransportError:
+            return
+        self.call_later(IDLE_CONNECTION_S / 2, self._close_idle)
+
     def run(self) -> None:
         """Serve until `stop`; a handler that raises is logged and the loop goes on."""
+        self.call_later(IDLE_CONNECTION_S / 2, self._close_idle)
         calls = self._calls
         timers = self._timers
         endpoint = self.endpoint
@@ -162,7 +176,11 @@ class EventLoop:
     def _dispatch(self, sender: str, frames: list[Any]) -> None:
         if self.blocked and sender in self.blocked:
             return
-        unpacked = codec.safe_unpack(frames, sender=sender, log=logger)
+        try:
+            unpacked = codec.safe_unpack(frames, sender=sender, log=logger)
+        except Exception:  # a decoder bug must not stop the process either
+            logger.exception("%s: cannot decode a message from %s; dropped", self.name, sender)
+            return
         if unpacked is None:
             return
         msg, buffers = unpacked

@@ -18,9 +18,10 @@ import tempfile
 import time
 from typing import Any
 
-from zmesh.errors import ZmeshError
+from zmesh.errors import AuthenticationError, ZmeshError
 from zmesh.runtime.launcher import running_nodes, session_root
 from zmesh.runtime.node.query import NodeQuerier
+from zmesh.security.keys import ClusterCredentials
 from zmesh.store.sweep import pid_alive
 
 Sub = Any  # argparse._SubParsersAction
@@ -34,28 +35,55 @@ def add_node_command(subparsers: Sub) -> None:
                                           "it joins the mesh of any running member.")
     p.add_argument("--join", metavar="HOST:PORT", action="append", default=[],
                    help="a running member to join through")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default loopback); any address is safe: every "
+                        "tcp connection is encrypted and admitted only with the join token")
     p.add_argument("--port", type=int, default=0, help="tcp port (default: a free one)")
     p.add_argument("--num-cpus", type=float, default=float(os.cpu_count() or 1))
     p.add_argument("--num-gpus", type=float, default=0.0)
     p.add_argument("--resources", default="{}", metavar="JSON", help='e.g. \'{"disk": 2}\'')
     p.add_argument("--object-store-memory", type=int, default=0, metavar="BYTES")
     p.add_argument("--labels", default="{}", metavar="JSON", help='e.g. \'{"zone": "a"}\'')
+    _token_args(p, "the join token of the mesh to join (default: a new mesh makes its own)")
     p.add_argument("--insecure", action="store_true",
-                   help="allow listening on a non-loopback address: the mesh has no "
-                        "authentication yet, and it carries pickles (code runs on load)")
+                   help="run WITHOUT authentication or encryption: anyone who reaches the port "
+                        "can run code as you. Only for isolated networks; never the default")
     p.set_defaults(handler=run_node)
+
+
+def _token_args(p: argparse.ArgumentParser, token_help: str) -> None:
+    p.add_argument("--token", default="", help=f"{token_help}; or set $ZMESH_TOKEN")
+    p.add_argument("--token-file", default="", metavar="PATH",
+                   help="a file (mode 0600) holding the join token; or set $ZMESH_TOKEN_FILE")
+
+
+def _credentials(args: argparse.Namespace, address: str | None) -> ClusterCredentials | None:
+    """The credentials a client command uses: --token, --token-file, the environment, or
+    those of a node started on this machine (at `address`, or any)."""
+    from zmesh.runtime.node.credentials import local_credentials
+    from zmesh.security import keys
+
+    if args.token:
+        return ClusterCredentials.from_token(args.token)
+    if args.token_file:
+        return keys.read_token_file(args.token_file)
+    found = keys.from_environment()
+    if found is None and os.environ.get(keys.INSECURE_ENV) != "1":
+        found = local_credentials([entry_address(address)])
+        if found is None:
+            raise AuthenticationError(
+                f"no join token for the mesh at {address}: pass --token (the token its first "
+                "node printed), --token-file, or set ZMESH_TOKEN")
+    return found
 
 
 def run_node(args: argparse.Namespace) -> int:
     from zmesh.runtime.node import server as node
 
-    if not node.is_loopback(args.host) and not args.insecure:
-        print(f"zmesh node: refusing to listen on {args.host}: the mesh has no authentication "
-              "yet and its messages carry pickles, so anyone who reaches the port can run code "
-              "here. Use a trusted network and pass --insecure to do it anyway.",
-              file=sys.stderr)
-        return 2
+    if args.insecure:
+        print("zmesh node: WARNING: --insecure: no authentication and no encryption. Anyone "
+              f"who can reach {args.host} can run code as this user. Use it only on an "
+              "isolated network; a normal mesh needs only the join token.", file=sys.stderr)
 
     # an operator's node logs what happens to the mesh (members joining, leaving, dying)
     logging.basicConfig(level=os.environ.get("ZMESH_LOG_LEVEL", "INFO"), stream=sys.stderr,
@@ -68,8 +96,15 @@ def run_node(args: argparse.Namespace) -> int:
             "--host", args.host, "--port", str(args.port), "--announce"]
     for seed in args.join:
         argv += ["--join", seed]
+    argv += ["--insecure"] if args.insecure else []
+    argv += ["--token", args.token] if args.token else []
+    argv += ["--token-file", args.token_file] if args.token_file else []
     try:
         node.main(argv)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            print(exc.code, file=sys.stderr)
+            return 2
     finally:
         shutil.rmtree(session_dir, ignore_errors=True)
     print("zmesh node stopped", flush=True)
@@ -80,6 +115,7 @@ def run_node(args: argparse.Namespace) -> int:
 def address_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", metavar="HOST:PORT",
                    help="any member (default: a node started on this machine)")
+    _token_args(p, "the mesh's join token (default: that of a node on this machine)")
 
 
 def add_status_command(subparsers: Sub) -> None:
@@ -107,10 +143,16 @@ def entry_address(address: str | None) -> str:
     return str(nodes[0]["address"])
 
 
-def gather(address: str | None, timeout: float = 5.0) -> dict[str, Any]:
+def gather(address: str | None, timeout: float = 5.0,
+           credentials: ClusterCredentials | None = None) -> dict[str, Any]:
     """Every live member's state: {"nodes": [...], "per_node": {node_id: {...}}}."""
-    with NodeQuerier() as q:
-        members = q.query(entry_address(address), "nodes", timeout=timeout)
+    from zmesh.security.probe import handshake
+
+    entry = entry_address(address)
+    entry = entry if entry.startswith(("tcp://", "ipc://")) else f"tcp://{entry}"
+    handshake(entry, credentials, timeout=timeout)  # a wrong token fails here, at once
+    with NodeQuerier(credentials=credentials) as q:
+        members = q.query(entry, "nodes", timeout=timeout)
         per_node: dict[str, dict[str, Any]] = {}
         for row in members:
             if not row["Alive"]:
@@ -176,7 +218,8 @@ def _actor_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run_list(args: argparse.Namespace) -> int:
     try:
-        rows = _rows(args.kind, gather(args.address))
+        rows = _rows(args.kind, gather(args.address,
+                                       credentials=_credentials(args, args.address)))
     except ZmeshError as exc:
         print(f"zmesh list: {exc}", file=sys.stderr)
         return 1
@@ -212,7 +255,7 @@ def _num(v: Any) -> str:
 
 def run_status(args: argparse.Namespace) -> int:
     try:
-        state = gather(args.address)
+        state = gather(args.address, credentials=_credentials(args, args.address))
     except ZmeshError as exc:
         print(f"zmesh status: {exc}", file=sys.stderr)
         return 1
