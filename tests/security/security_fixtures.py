@@ -1,0 +1,158 @@
+"""Helpers for the security tests: a one-node mesh, attack payloads, and fd/memory probes."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import time
+from collections.abc import Callable
+
+import psutil
+
+from zmesh.protocol import codec
+from zmesh.protocol.messages import runtime as m
+from zmesh.protocol.messages.base import Message
+
+
+class OpenFile:
+    """Unpickling this creates `path`: proof that a pickle from the sender was loaded."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return open, (self.path, "w")
+
+
+def create_actor_with_pickle(marker: str, owner: str) -> m.CreateActor:
+    """A well-formed CreateActor whose class blob writes `marker` when a worker loads it."""
+    return m.CreateActor(
+        actor_id=os.urandom(16), owner=owner, fn_id=os.urandom(16), class_name="Evil",
+        args=m.Args(), resources={},
+        placement={"CPU": 1.0}, fn_blob=pickle.dumps(OpenFile(marker)))
+
+
+def attack_messages(marker: str, owner: str) -> list[Message]:
+    """Everything a stranger tried: code, shutdown, the fault hook, leases, object reads."""
+    return [
+        create_actor_with_pickle(marker, owner),
+        m.Shutdown(reason="stranger"),
+        m.Query(request_id=1, what="block", arg=b"\x91\xa0"),
+        m.RequestLease(request_id=1, owner=owner, resources={"CPU": 1.0}, name="evil"),
+        m.GetObject(object_id=os.urandom(20), requester=owner),
+        m.Query(request_id=2, what="function", arg=os.urandom(16)),
+    ]
+
+
+def raw_zmtp_null_dealer(host: str, port: int, identity: bytes,
+                         frames: list[bytes]) -> bytes:
+    """Talk ZMTP 3.0 with the NULL mechanism over a plain socket (standard library only), as
+    a stranger without pyzmq would; returns whatever the node sent back."""
+    greeting = (b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00")
+                + b"\x00" + b"\x00" * 31)
+
+    def prop(name: bytes, value: bytes) -> bytes:
+        return bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
+
+    ready = b"\x05READY" + prop(b"Socket-Type", b"DEALER") + prop(b"Identity", identity)
+    out = greeting + b"\x04" + bytes([len(ready)]) + ready
+    for i, frame in enumerate(frames):
+        more = 0x01 if i < len(frames) - 1 else 0x00
+        out += bytes([more | 0x02]) + struct.pack(">Q", len(frame)) + frame
+    got = b""
+    with socket.create_connection((host, port), timeout=5) as s:
+        try:
+            s.sendall(out)
+            s.settimeout(1.0)
+            while len(got) < 4096:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError:
+            pass
+    return got
+
+
+def encode(msg: Message) -> bytes:
+    return codec.encode(msg)
+
+
+def fd_count(pid: int) -> int:
+    return psutil.Process(pid).num_fds()
+
+
+def rss(pid: int) -> int:
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `predicate` until true; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class RecordingProxy:
+    """A tcp relay for one connection that records what the client sent (for replays)."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        import threading
+
+        self.upstream = upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sent = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import selectors
+
+        client, _ = self.listener.accept()
+        server = socket.create_connection(self.upstream)
+        sel = selectors.DefaultSelector()
+        sel.register(client, selectors.EVENT_READ, server)
+        sel.register(server, selectors.EVENT_READ, client)
+        try:
+            while True:
+                for key, _ in sel.select():
+                    src: socket.socket = key.fileobj  # type: ignore[assignment]
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    if src is client:
+                        with self._lock:
+                            self.sent += data
+                    key.data.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()
+
+    def recorded(self) -> bytes:
+        with self._lock:
+            return bytes(self.sent)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def replay(host: str, port: int, data: bytes, timeout: float = 30.0) -> bool:
+    """Send `data` on a fresh connection; True when the peer then closes it (refused)."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        try:
+            s.sendall(data)
+            while s.recv(65536):
+                pass
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+    return True
