@@ -166,32 +166,47 @@ def safe_unpack(
     sender: object = None,
     log: logging.Logger = logger,
     limits: Limits | None = None,
+    warnings: DropWarnings | None = None,
 ) -> tuple[Message, list[Buffer]] | None:
-    """`unpack` for receive loops: a malformed message is logged with its sender and dropped.
+    """`unpack` for receive loops: a malformed message is logged with its sender and dropped
+    (through `warnings`, rate-limited, where given).
 
     Returns None instead of raising, so that one bad peer never kills a process.
     """
     try:
         return unpack(frames, limits=limits)
     except ProtocolError as exc:
-        _warn_dropped(log, sender, exc)
+        if warnings is not None:
+            warnings.dropped(sender, exc)
+        else:
+            log.warning("dropped malformed message from %s: %s", _describe_sender(sender), exc)
         return None
 
 
-_WARN_PERIOD_S = 10.0
-_warned = {"at": -_WARN_PERIOD_S, "suppressed": 0}
+class DropWarnings:
+    """Warns about dropped messages at most `burst` times per `period_s` seconds, so a peer
+    sending garbage cannot flood the log; the next warning says how many went unlogged."""
 
+    def __init__(self, log: logging.Logger, burst: int = 10, period_s: float = 10.0) -> None:
+        self.log = log
+        self.burst = burst
+        self.period_s = period_s
+        self._since = -period_s
+        self._count = 0
+        self.suppressed = 0
 
-def _warn_dropped(log: logging.Logger, sender: object, exc: ProtocolError) -> None:
-    """At most one warning per period: a peer sending garbage must not flood the log."""
-    now = time.monotonic()
-    if now - _warned["at"] < _WARN_PERIOD_S:
-        _warned["suppressed"] += 1
-        return
-    more = _warned["suppressed"]
-    _warned.update(at=now, suppressed=0)
-    tail = f" ({more} more dropped since the last warning)" if more else ""
-    log.warning("dropped malformed message from %s: %s%s", _describe_sender(sender), exc, tail)
+    def dropped(self, sender: object, exc: ProtocolError) -> None:
+        now = time.monotonic()
+        if now - self._since >= self.period_s:
+            self._since, self._count = now, 0
+        if self._count >= self.burst:
+            self.suppressed += 1
+            return
+        self._count += 1
+        more, self.suppressed = self.suppressed, 0
+        tail = f" ({more} more dropped unlogged before this)" if more else ""
+        self.log.warning("dropped malformed message from %s: %s%s", _describe_sender(sender),
+                         exc, tail)
 
 
 def _describe_sender(sender: object) -> str:

@@ -47,6 +47,7 @@ class EventLoop:
         # Fault injection (zmesh.testing.Cluster.cut): peers whose messages are dropped both
         # ways, as if the link to them were cut.
         self.blocked: frozenset[str] = frozenset()
+        self._drops = codec.DropWarnings(logger)
 
     # -- time and blocking (a simulated loop overrides these) ------------------------------
     def clock(self) -> float:
@@ -177,7 +178,7 @@ class EventLoop:
         if self.blocked and sender in self.blocked:
             return
         try:
-            unpacked = codec.safe_unpack(frames, sender=sender, log=logger)
+            unpacked = codec.safe_unpack(frames, sender=sender, warnings=self._drops)
         except Exception:  # a decoder bug must not stop the process either
             logger.exception("%s: cannot decode a message from %s; dropped", self.name, sender)
             return

@@ -286,3 +286,16 @@ def test_safe_unpack_logs_to_the_codec_logger_by_default(caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, logger="zmesh.protocol.codec"):
         assert safe_unpack([b"\xc1"]) is None
     assert "dropped malformed message from unknown sender" in caplog.text
+
+
+def test_a_flood_of_malformed_messages_logs_a_bounded_number_of_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from zmesh.protocol.codec import DropWarnings
+
+    warnings = DropWarnings(logging.getLogger("zmesh.test.flood"), burst=10, period_s=3600)
+    with caplog.at_level(logging.WARNING, logger="zmesh.test.flood"):
+        for _ in range(1000):
+            assert safe_unpack([b"\xc1"], sender="tcp://10.0.0.3:1", warnings=warnings) is None
+    assert len(caplog.records) == 10
+    assert warnings.suppressed == 990
