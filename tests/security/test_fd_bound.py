@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import zmq
-from security_fixtures import fd_count, wait_until
+from security_fixtures import fd_count
 
 import zmesh
 from zmesh.protocol import codec
@@ -97,6 +97,7 @@ def test_creating_and_killing_actors_keeps_the_nodes_fds_bounded() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_thousand_actors_created_and_killed_keep_the_nodes_fds_bounded() -> None:
     counts = _churn_actors(1000, 25)
     assert max(counts) <= counts[0] + FD_BOUND, counts

@@ -182,6 +182,7 @@ def _fuzz(cluster: Cluster, *, frames: int, connections: int, seed: int) -> dict
     return counts
 
 
+@pytest.mark.timeout(600)
 def test_fuzzing_the_tcp_port_leaves_the_node_serving_with_bounded_fds(fuzzed: Cluster) -> None:
     counts = _fuzz(fuzzed, frames=10_000, connections=2_000, seed=7)
     assert counts["stranger_frames"] + counts["member_frames"] >= 9_000
