@@ -14,6 +14,7 @@ from zmesh.options import (
     env_vars_of,
     labels_of,
     omp_env,
+    validate_namespace,
 )
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import _Exported, args_checker
@@ -114,15 +115,13 @@ class ActorClass:
         name = name or ""
         namespace = opts.get("namespace")
         if namespace is not None:
-            from zmesh.api import validate_namespace
-
             validate_namespace(namespace)
         namespace = namespace or client.namespace
         if name:
-            found = client.get_named_actor(name, namespace)
+            found = named_actor_handle(client, name, namespace)
             if found is not None:
                 if opts.get("get_if_exists"):
-                    return found  # type: ignore[no-any-return]
+                    return found
                 raise ValueError(f"an actor named {name!r} already exists in namespace "
                                  f"{namespace!r}; use get_if_exists=True to reuse it")
         max_pending = opts.get("max_pending_calls", -1)
@@ -236,6 +235,12 @@ class ActorMethod:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor method {self._name} cannot be called directly; "
                         f"use .{self._name}.remote(...)")
+
+
+def named_actor_handle(client: Any, name: str, namespace: str) -> ActorHandle | None:
+    """A handle on the live actor named `name` in `namespace`, or None."""
+    reply = client.lookup_named_actor(name, namespace)
+    return None if reply is None else ActorHandle(reply.actor_id, reply.class_name, {})
 
 
 class ActorHandle:

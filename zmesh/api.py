@@ -9,9 +9,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from zmesh.actor import ActorClass, ActorHandle
+from zmesh.actor import ActorClass, ActorHandle, named_actor_handle
 from zmesh.errors import ZmeshError
 from zmesh.object_ref import ObjectRef
+from zmesh.options import validate_namespace
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import RemoteFunction
 from zmesh.runtime import context
@@ -301,18 +302,10 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     if namespace is not None:
         validate_namespace(namespace)
     client = context.current_client()
-    handle = client.get_named_actor(name, namespace or client.namespace)
+    handle = named_actor_handle(client, name, namespace or client.namespace)
     if handle is None:
         raise ValueError(f"no actor named {name!r} in namespace {namespace or client.namespace!r}")
-    return handle  # type: ignore[no-any-return]
-
-
-def validate_namespace(namespace: object) -> None:
-    """Ray's rule: a namespace is None or a non-empty str (TypeError / ValueError)."""
-    if not isinstance(namespace, str):
-        raise TypeError(f"namespace must be None or a str, got {namespace!r}")
-    if not namespace:
-        raise ValueError('"" is not a valid namespace; pass None for the default namespace')
+    return handle
 
 
 def available_resources() -> dict[str, float]:

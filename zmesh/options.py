@@ -117,3 +117,11 @@ def env_vars_of(opts: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
     env = dict(base)
     env.update((opts.get("runtime_env") or {}).get("env_vars") or {})
     return env
+
+
+def validate_namespace(namespace: object) -> None:
+    """Ray's rule: a namespace is None or a non-empty str (TypeError / ValueError)."""
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be None or a str, got {namespace!r}")
+    if not namespace:
+        raise ValueError('"" is not a valid namespace; pass None for the default namespace')

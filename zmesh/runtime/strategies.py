@@ -23,8 +23,6 @@ def encode_strategy(strategy: Any, *, pg_default: Any = None) -> bytes:
         return msgspec.msgpack.encode(["spread"])
     kind = type(strategy).__name__
     if kind == "PlacementGroupSchedulingStrategy":
-        from zmesh.util.placement_group import check_bundle_index
-
         pg = strategy.placement_group
         check_bundle_index(pg, strategy.placement_group_bundle_index)
         # the capture flag and the bundles travel along, for the work's own children
@@ -37,18 +35,26 @@ def encode_strategy(strategy: Any, *, pg_default: Any = None) -> bytes:
                      "PlacementGroupSchedulingStrategy or NodeAffinitySchedulingStrategy")
 
 
-def placement_of(data: bytes) -> tuple[Any, bytes]:
-    """(the placement group, the strategy its children inherit or b"") for work placed with
-    these strategy bytes; (None, b"") outside a group."""
+def check_bundle_index(pg: Any, index: int) -> None:
+    """Ray's check_placement_group_index: -1 (any bundle) or 0..bundle_count-1."""
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"placement_group_bundle_index must be an int, got {index!r}")
+    count = pg.bundle_count
+    if index < -1 or (count and index >= count):
+        raise ValueError(f"placement group bundle index {index} is invalid: valid indexes are "
+                         f"0-{count - 1} (or -1 for any bundle)")
+
+
+def placement_of(data: bytes) -> tuple[tuple[bytes, list[Any]] | None, bytes]:
+    """((group id, its bundles), the strategy its children inherit or b"") for work placed
+    with these strategy bytes; (None, b"") outside a group. zmesh.util makes the handle."""
     if not data:
         return None, b""
     parts = msgspec.msgpack.decode(data)
     if parts[0] != "pg":
         return None, b""
-    from zmesh.util.placement_group import PlacementGroup
-
     bundles = list(parts[4]) if len(parts) > 4 else []
-    pg = PlacementGroup(bytes.fromhex(parts[1]), bundles, None)
+    pg = (bytes.fromhex(parts[1]), bundles)
     capture = len(parts) > 3 and bool(parts[3])
     inherited = msgspec.msgpack.encode(["pg", parts[1], -1, True, bundles]) if capture else b""
     return pg, inherited

@@ -6,7 +6,7 @@ from typing import Any
 
 from zmesh.object_ref import ObjectRef
 from zmesh.protocol.messages import runtime as m
-from zmesh.runtime import context, values
+from zmesh.runtime import context
 from zmesh.runtime.ids import IdGen, random_id
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -94,16 +94,6 @@ def _validate_bundles(bundles: Any) -> None:
                              f"is {bundle!r}")
 
 
-def check_bundle_index(pg: PlacementGroup, index: int) -> None:
-    """Ray's check_placement_group_index: -1 (any bundle) or 0..bundle_count-1."""
-    if not isinstance(index, int) or isinstance(index, bool):
-        raise TypeError(f"placement_group_bundle_index must be an int, got {index!r}")
-    count = pg.bundle_count
-    if index < -1 or (count and index >= count):
-        raise ValueError(f"placement group bundle index {index} is invalid: valid indexes are "
-                         f"0-{count - 1} (or -1 for any bundle)")
-
-
 def remove_placement_group(pg: PlacementGroup) -> None:
     """Release the group and stop the tasks and actors running in it."""
     client = context.current_client()
@@ -123,20 +113,8 @@ def get_current_placement_group() -> PlacementGroup | None:
     """The placement group the current task or actor runs in (None in the driver or outside
     a group)."""
     client = context.maybe_client()
-    return getattr(client, "current_placement_group", None) if client is not None else None
-
-
-def on_state(client: Any, msg: m.PlacementGroupState) -> None:
-    """Resolve `ready()` when the node says the group is reserved (client loop thread)."""
-    ready_id = client.placement_groups.get(msg.pg_id)
-    if ready_id is None:
-        return
-    if msg.state == "ready":
-        client.objects.set_value(ready_id, values.encode(True, ready_id, allocate=None,
-                                                         seal=None)[0])
-    elif msg.state == "failed":
-        from zmesh.errors import PlacementGroupError
-
-        client.objects.set_value(ready_id, values.encode_error(PlacementGroupError(msg.reason)))
-    else:
-        client.tasks.pending_reasons[f"pg:{msg.pg_id.hex()}"] = msg.reason
+    current = getattr(client, "current_placement_group", None) if client is not None else None
+    if current is None:
+        return None
+    pg_id, bundles = current
+    return PlacementGroup(pg_id, bundles, None)

@@ -7,7 +7,6 @@ why). Placement groups are reserved through the same scheduler.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zmesh.core.scheduling import (
@@ -23,6 +22,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.placement import ReleaseBundles
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node import group_table
+from zmesh.runtime.node.actor_entries import ActorEntry, GroupEntry
 from zmesh.runtime.node.names import ActorDirectory
 from zmesh.runtime.strategies import decode_strategy
 
@@ -34,39 +34,6 @@ UNKNOWN_ACTOR_GRACE_S = 5.0
 if TYPE_CHECKING:
     from zmesh.runtime.node.server import Node
     from zmesh.runtime.node.worker_pool import WorkerInfo
-
-
-@dataclass(eq=False)
-class ActorEntry:
-    spec: m.CreateActor
-    state: str = "pending"
-    worker: WorkerInfo | None = None
-    address: str = ""
-    subscribers: set[str] = field(default_factory=set)
-    restarts: int = 0
-    no_restart: bool = False
-    error: bytes = b""
-    reason: str = ""
-    kill_reason: str = ""  # why this node killed its worker, which then names the death
-    remote: str = ""  # the node hosting it, while this node is its home
-    home: str = ""  # its home node, while this node hosts it for that one
-    hops: int = 0
-    proxy: bool = False  # a stand-in for an actor homed on another node (remote is its home)
-
-
-@dataclass(eq=False)
-class GroupEntry:
-    pg_id: str
-    bundles: list[dict[str, float]]
-    strategy: str
-    name: str
-    owner: str
-    state: str = "pending"
-    reason: str = ""
-    detached: bool = False
-    created_at: float = field(default_factory=group_table.now)
-    ready_at: float = 0.0
-    attempts: int = 1
 
 
 class ActorManager:

@@ -18,10 +18,11 @@ import msgspec
 from zmesh.core.scheduling import Forward
 from zmesh.protocol.messages import placement as p
 from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.node.actor_entries import ActorEntry
+from zmesh.runtime.node.lease_table import LeaseInfo
 
 if TYPE_CHECKING:
-    from zmesh.runtime.node.actors import ActorEntry
-    from zmesh.runtime.node.server import LeaseInfo, Node
+    from zmesh.runtime.node.server import Node
 
 logger = logging.getLogger("zmesh.node")
 
@@ -79,8 +80,6 @@ class Forwarder:
 
     # -- taking work from another node -----------------------------------------------------
     def _on_forward_lease(self, sender: str, msg: p.ForwardLease, bufs: list[Any]) -> None:
-        from zmesh.runtime.node.server import LeaseInfo
-
         req = msg.request
         lease = LeaseInfo(msg.lease_id, req.owner, req.request_id, req.name, request=req,
                           origin=msg.origin)

@@ -12,12 +12,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.node.actor_entries import ActorEntry
 from zmesh.runtime.node.control import actor_key, named_key
 from zmesh.store.control_requests import Completion
 from zmesh.store.control_store import KvStatus
 
 if TYPE_CHECKING:
-    from zmesh.runtime.node.actors import ActorEntry, ActorManager
+    from zmesh.runtime.node.actors import ActorManager
 
 logger = logging.getLogger("zmesh.node")
 
@@ -109,8 +110,6 @@ class ActorDirectory:
         return False
 
     def _proxy(self, actor_id: bytes, home: str, subscriber: str) -> None:
-        from zmesh.runtime.node.actors import ActorEntry
-
         entry = self.actors.actors.get(actor_id)
         if entry is None or (entry.proxy and entry.state == "dead"):
             spec = m.CreateActor(actor_id=actor_id, owner="", fn_id=b"", class_name="",

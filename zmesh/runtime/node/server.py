@@ -35,6 +35,7 @@ from zmesh.runtime.node.control import ControlAgent
 from zmesh.runtime.node.credentials import HelloDesk, check_seeds, resolve, save_token
 from zmesh.runtime.node.forward import Forwarder
 from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
+from zmesh.runtime.node.lease_table import LeaseInfo
 from zmesh.runtime.node.mesh import MeshAgent
 from zmesh.runtime.node.objects import NodeObjects
 from zmesh.runtime.node.ops import QUERIES as OPS_QUERIES
@@ -69,20 +70,6 @@ class ClientInfo:
     pid: int
     log_to_driver: bool
     seen: float = 0.0  # when it last pinged (a driver over tcp is dead after long silence)
-
-
-@dataclass(eq=False)
-class LeaseInfo:
-    lease_id: bytes
-    owner: str
-    request_id: int
-    name: str
-    worker: WorkerInfo | None = None
-    holds: bool = True  # False while its worker is blocked in get and lent its CPU out
-    request: m.RequestLease | None = None
-    origin: str = ""  # the node that forwarded this lease here (it keeps a record)
-    remote: str = ""  # the node this lease was forwarded to (we are its origin)
-    remote_granted: bool = False
 
 
 class Node:

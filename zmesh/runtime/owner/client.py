@@ -21,6 +21,7 @@ from zmesh.errors import (
     NodeDiedError,
     ObjectLostError,
     OwnerDiedError,
+    PlacementGroupError,
     TransportError,
     ZmeshError,
 )
@@ -257,15 +258,11 @@ class CoreClient:
         addr = self.address
         return [ObjectRef(IdGen.object_id(task_id, i), addr, self) for i in range(max(n, 1))]
 
-    def get_named_actor(self, name: str, namespace: str) -> Any:
-        """An ActorHandle for a live named actor, or None."""
-        from zmesh.actor import ActorHandle
-
+    def lookup_named_actor(self, name: str, namespace: str) -> m.NamedActorReply | None:
+        """The node's answer for a live named actor (zmesh.actor makes the handle), or None."""
         reply = self.request(lambda rid: m.GetNamedActor(request_id=rid, name=name,
                                                          namespace=namespace))
-        if not reply.found:
-            return None
-        return ActorHandle(reply.actor_id, reply.class_name, {})
+        return reply if reply.found else None
 
     def put(self, obj: Any) -> ObjectRef:
         """Store a value owned by this process and return a ref to it."""
@@ -464,9 +461,18 @@ class CoreClient:
             self.loop.send(sender, m.RemoveBorrowers(object_ids=contained, borrower=self.address))
 
     def _on_pg_state(self, sender: str, msg: m.PlacementGroupState, bufs: list[Any]) -> None:
-        from zmesh.util.placement_group import on_state
-
-        on_state(self, msg)
+        """Resolve a group's `ready()` ref when the node says it is reserved (or failed)."""
+        ready_id = self.placement_groups.get(msg.pg_id)
+        if ready_id is None:
+            return
+        if msg.state == "ready":
+            self.objects.set_value(ready_id, values.encode(True, ready_id, allocate=None,
+                                                           seal=None)[0])
+        elif msg.state == "failed":
+            self.objects.set_value(ready_id, values.encode_error(
+                PlacementGroupError(msg.reason)))
+        else:
+            self.tasks.pending_reasons[f"pg:{msg.pg_id.hex()}"] = msg.reason
 
     def _on_warning(self, sender: str, msg: m.DriverWarning, bufs: list[Any]) -> None:
         if msg.subject:
