@@ -4,12 +4,18 @@ Two figures per route: synchronous round trips per second (send 100 B, wait for 
 and pipelined messages per second (stream 100 B messages under a credit window; the server
 acks every `BATCH` messages). The server runs in a child process started by this script.
 
+On tcp, zmesh is CURVE-encrypted and ZAP-authenticated (the default; both processes share a
+join token); `zmesh-plain` is the same endpoint with `insecure=True`, so the `vs plain`
+column is what encryption costs. tcp also moves a bulk transfer (1 GiB in 1 MiB frames, 256
+MiB with --quick) with each zmesh flavour.
+
     python benchmarks/bench_transports.py [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +30,9 @@ from zmesh.transports import Endpoint, open_endpoint
 PAYLOAD = 100
 BATCH = 100  # the server acks every BATCH streamed messages
 WINDOW = 2000  # unacked messages the client may have in flight
-PING, STREAM, QUIT = b"P", b"S", b"Q"
+PING, STREAM, BULK, QUIT = b"P", b"S", b"B", b"Q"
+BULK_FRAME = 1 << 20
+BULK_WINDOW = 16  # bulk frames in flight
 
 
 # -- servers (child process) ----------------------------------------------------------------
@@ -48,15 +56,17 @@ def serve_raw(address: str) -> None:
             streamed += 1
             if streamed % BATCH == 0:
                 router.send_multipart([identity, streamed.to_bytes(8, "big")])
+        elif kind == BULK:
+            router.send_multipart([identity, b"k"])
         else:
             break
     router.close()
     context.term()
 
 
-def serve_zmesh(address: str) -> None:
+def serve_zmesh(address: str, insecure: bool = False) -> None:
     """The same server on a zmesh Endpoint: replies go to the sender's address."""
-    endpoint = open_endpoint(address, sndhwm=100_000, rcvhwm=100_000)
+    endpoint = open_endpoint(address, sndhwm=100_000, rcvhwm=100_000, insecure=insecure)
     print("ready", flush=True)
     streamed = 0
     recv, send = endpoint.recv, endpoint.send
@@ -72,6 +82,8 @@ def serve_zmesh(address: str) -> None:
             streamed += 1
             if streamed % BATCH == 0:
                 send(sender, [streamed.to_bytes(8, "big")])
+        elif kind == BULK:
+            send(sender, [b"k"])
         else:
             break
     endpoint.close()
@@ -97,8 +109,11 @@ class RawClient:
 
 
 class ZmeshClient:
+    insecure = False
+
     def __init__(self, server: str, own: str) -> None:
-        self.endpoint: Endpoint = open_endpoint(own, sndhwm=100_000, rcvhwm=100_000)
+        self.endpoint: Endpoint = open_endpoint(own, sndhwm=100_000, rcvhwm=100_000,
+                                                insecure=self.insecure)
         send, recv = self.endpoint.send, self.endpoint.recv
 
         def send_one(payload: bytes) -> None:
@@ -115,6 +130,26 @@ class ZmeshClient:
     def close(self) -> None:
         self.endpoint.send(self.server, [QUIT])
         self.endpoint.close()
+
+
+class PlainZmeshClient(ZmeshClient):
+    insecure = True
+
+
+def bulk(client: RawClient | ZmeshClient, total_bytes: int) -> float:
+    """Bytes per second moving `total_bytes` in BULK_FRAME frames, BULK_WINDOW in flight."""
+    send, recv = client.send, client.recv
+    frame = BULK + bytes(BULK_FRAME - 1)
+    frames = max(1, total_bytes // BULK_FRAME)
+    acked = sent = 0
+    started = time.perf_counter()
+    while acked < frames:
+        while sent < frames and sent - acked < BULK_WINDOW:
+            send(frame)
+            sent += 1
+        recv()
+        acked += 1
+    return frames * BULK_FRAME / (time.perf_counter() - started)
 
 
 def round_trips(client: RawClient | ZmeshClient, seconds: float) -> float:
@@ -165,6 +200,13 @@ def start_server(impl: str, address: str) -> subprocess.Popen[str]:
 def measure_route(
     route: str, workdir: str, repeat: int, seconds: float, total: int
 ) -> dict[str, tuple[float, float]]:
+    return {impl: best[:2] for impl, best in
+            measure_route_bulk(route, workdir, repeat, seconds, total, 0).items()}
+
+
+def measure_route_bulk(
+    route: str, workdir: str, repeat: int, seconds: float, total: int, bulk_bytes: int
+) -> dict[str, tuple[float, float, float]]:
     """Best (round trips/s, messages/s) per implementation over `repeat` alternating rounds.
 
     Both servers stay up and the clients take turns in short rounds, so that load from
@@ -172,9 +214,10 @@ def measure_route(
     """
     servers: dict[str, subprocess.Popen[str]] = {}
     clients: dict[str, RawClient | ZmeshClient] = {}
-    best = {impl: (0.0, 0.0) for impl in IMPLS}
+    impls = [impl for impl in IMPLS if route == "tcp" or impl != "zmesh-plain"]
+    best = {impl: (0.0, 0.0, 0.0) for impl in impls}
     try:
-        for impl in IMPLS:
+        for impl in impls:
             if route == "ipc":
                 address, own = f"ipc://{workdir}/{impl}-server", f"ipc://{workdir}/{impl}-client"
             else:
@@ -187,7 +230,9 @@ def measure_route(
             for impl, client in clients.items():
                 rt = round_trips(client, seconds)
                 msgs = pipelined(client, total, streamed)
-                best[impl] = (max(best[impl][0], rt), max(best[impl][1], msgs))
+                moved = bulk(client, bulk_bytes) if bulk_bytes else 0.0
+                best[impl] = (max(best[impl][0], rt), max(best[impl][1], msgs),
+                              max(best[impl][2], moved))
             streamed += total
     finally:
         for client in clients.values():
@@ -203,7 +248,8 @@ def measure_route(
     return best
 
 
-IMPLS: dict[str, type[RawClient] | type[ZmeshClient]] = {"raw": RawClient, "zmesh": ZmeshClient}
+IMPLS: dict[str, type[RawClient] | type[ZmeshClient]] = {
+    "raw": RawClient, "zmesh": ZmeshClient, "zmesh-plain": PlainZmeshClient}
 
 
 def free_port() -> int:
@@ -223,24 +269,47 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         impl, address = args.serve
-        (serve_raw if impl == "raw" else serve_zmesh)(address)
+        if impl == "raw":
+            serve_raw(address)
+        else:
+            serve_zmesh(address, insecure=impl == "zmesh-plain")
         return
+    # One mesh for this process and its server children (they inherit the token).
+    from zmesh.security import keys
+
+    creds = keys.ClusterCredentials.generate()
+    os.environ[keys.TOKEN_ENV] = creds.token
+    keys.install(creds)
     seconds, total = (0.15, 10_000) if args.quick else (0.3, 30_000)
+    bulk_bytes = (256 << 20) if args.quick else (1 << 30)
     repeat = args.repeat or (4 if args.quick else 12)
     workdir = tempfile.mkdtemp(prefix="zmb-", dir="/tmp")
     try:
         print(f"{PAYLOAD} B messages, window {WINDOW}, ack every {BATCH}; best of {repeat} rounds")
         print(
-            f"{'route':<6}{'impl':<8}{'sync rt/s':>12}{'ratio':>8}{'pipelined msg/s':>18}{'ratio':>8}"
+            f"{'route':<6}{'impl':<12}{'sync rt/s':>12}{'ratio':>8}{'pipelined msg/s':>18}{'ratio':>8}"
         )
+        bulk_rows = []
         for route in ("ipc", "tcp"):
-            best = measure_route(route, workdir, repeat, seconds, total)
-            raw_rt, raw_msgs = best["raw"]
-            for impl, (rt, msgs) in best.items():
+            best = measure_route_bulk(route, workdir, repeat, seconds, total,
+                                      bulk_bytes if route == "tcp" else 0)
+            raw_rt, raw_msgs, _ = best["raw"]
+            for impl, (rt, msgs, moved) in best.items():
                 print(
-                    f"{route:<6}{impl:<8}{rt:>12,.0f}{rt / raw_rt:>8.2f}"
+                    f"{route:<6}{impl:<12}{rt:>12,.0f}{rt / raw_rt:>8.2f}"
                     f"{msgs:>18,.0f}{msgs / raw_msgs:>8.2f}"
                 )
+                if impl.startswith("zmesh") and route == "tcp":
+                    bulk_rows.append((impl, rt, msgs, moved))
+        if len(bulk_rows) == 2:
+            (_, rt, msgs, moved), (_, prt, pmsgs, pmoved) = bulk_rows
+            print("\ntcp, CURVE on vs off (zmesh / zmesh-plain; 1.00 = free, target >= 0.85 "
+                  "pipelined and >= 0.75 bulk):")
+            print(f"  sync round trips   {rt:>12,.0f} vs {prt:>12,.0f} /s   ratio {rt / prt:.2f}")
+            print(f"  pipelined 100 B    {msgs:>12,.0f} vs {pmsgs:>12,.0f} /s   "
+                  f"ratio {msgs / pmsgs:.2f}")
+            print(f"  bulk {bulk_bytes >> 20} MiB      {moved / 1e9:>10.2f} GB/s vs "
+                  f"{pmoved / 1e9:>8.2f} GB/s   ratio {moved / pmoved:.2f}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
