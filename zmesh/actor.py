@@ -69,6 +69,11 @@ class ActorClass:
     def __reduce__(self) -> Any:
         return (ActorClass, (self._cls, self._options))
 
+    @property
+    def __ray_actor_class__(self) -> type:
+        """The user's class, as Ray's `ActorClass.__ray_actor_class__`."""
+        return self._cls
+
     def __getattr__(self, name: str) -> Any:
         # As in Ray, the class's own attributes (constants, static and class methods) stay
         # reachable through the decorated class.
@@ -83,8 +88,13 @@ class ActorClass:
         if inspect.isfunction(value):
             # a wrapper, not the function itself: cloudpickle finds a function by its
             # qualname ("Cls.method") and would pickle it by reference to the driver's module
-            return functools.partial(value)
+            # (it carries the function's name and attributes: libraries find methods marked
+            # by their decorators through the remote class, as verl's @register)
+            return functools.update_wrapper(functools.partial(value), value)
         return value
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(dir(self.__dict__.get("_cls", object))))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor class {self.__name__} cannot be instantiated directly; "
@@ -243,6 +253,10 @@ def named_actor_handle(client: Any, name: str, namespace: str) -> ActorHandle | 
     return None if reply is None else ActorHandle(reply.actor_id, reply.class_name, {})
 
 
+_HANDLE_FIELDS = frozenset({"_actor_id", "_class_name", "_methods", "_max_task_retries",
+                            "_owned", "_max_pending_calls"})
+
+
 class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
@@ -261,7 +275,7 @@ class ActorHandle:
     def __getattr__(self, name: str) -> ActorMethod:
         if name == "__ray_terminate__":  # Ray's graceful stop: queued after earlier calls
             return ActorMethod(self, name, 1)
-        if name.startswith("_"):
+        if (name.startswith("__") and name.endswith("__")) or name in _HANDLE_FIELDS:
             raise AttributeError(name)
         methods = self.__dict__.get("_methods") or {}
         if methods and name not in methods:

@@ -27,14 +27,21 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
          num_gpus: float | None = None, resources: dict[str, float] | None = None,
          object_store_memory: int | None = None, namespace: str | None = None,
          runtime_env: dict[str, Any] | None = None, ignore_reinit_error: bool = False,
-         log_to_driver: bool = True, token: str | None = None,
+         log_to_driver: bool = True, token: str | None = None, ray_compat: bool = False,
          **_ignored: Any) -> dict[str, Any]:
     """Start a private node (no address) or connect to a running one at `address`.
 
     Connecting needs the mesh's join token: `token`, else $ZMESH_TOKEN / $ZMESH_TOKEN_FILE,
     else that of a node started on this machine at `address`. A wrong or missing token raises
     `AuthenticationError` at once.
+
+    ray_compat=True turns on Ray-compat mode (see zmesh.ray_compat): `import ray` resolves
+    to zmesh here and in every worker of this program.
     """
+    from zmesh import ray_compat as compat
+
+    if ray_compat:
+        compat.install()
     with _lock:
         if context.maybe_client() is not None:
             if ignore_reinit_error:
@@ -62,6 +69,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         client = CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
         client.namespace = namespace or "default"
         client.default_env = dict((runtime_env or {}).get("env_vars") or {})
+        if compat.is_installed():  # workers of a node started elsewhere learn it per task
+            client.default_env.setdefault(compat.ENV_VAR, "1")
         try:
             info = client.connect()
         except BaseException:

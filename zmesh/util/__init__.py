@@ -2,7 +2,7 @@
 other helpers of Ray's `ray.util`, under Ray's names (`zmesh.util.queue.Queue` and
 `zmesh.util.multiprocessing.Pool` are submodules, as in Ray)."""
 
-from zmesh.util import scheduling_strategies
+from zmesh.util import kv, scheduling_strategies, state
 from zmesh.util.actor_pool import ActorPool
 from zmesh.util.inspect import inspect_serializability
 from zmesh.util.iterators import as_completed, map_unordered
@@ -24,8 +24,10 @@ __all__ = [
     "list_named_actors",
     "map_unordered",
     "get_current_placement_group",
+    "kv",
     "placement_group",
     "placement_group_table",
     "remove_placement_group",
     "scheduling_strategies",
+    "state",
 ]

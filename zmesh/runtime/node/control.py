@@ -69,15 +69,22 @@ class ControlAgent:
     def put(self, key: str, value: Any, done: Done | None = None, *,
             if_absent: bool = False) -> None:
         """Write `value` (msgpack-encoded) under `key`; `done(completion)` when answered."""
-        rid = self.store.put(self.loop.clock(), key, msgspec.msgpack.encode(value),
-                             if_absent=if_absent)
-        self._track(rid, done)
+        self.put_raw(key, msgspec.msgpack.encode(value), done, if_absent=if_absent)
+
+    def put_raw(self, key: str, value: bytes, done: Done | None = None, *,
+                if_absent: bool = False) -> None:
+        """Write `value` as given (the user KV's bytes) under `key`."""
+        self._track(self.store.put(self.loop.clock(), key, value, if_absent=if_absent), done)
 
     def get(self, key: str, done: Done) -> None:
         self._track(self.store.get(self.loop.clock(), key), done)
 
     def delete(self, key: str, done: Done | None = None) -> None:
         self._track(self.store.delete(self.loop.clock(), key), done)
+
+    def list_prefix(self, prefix: str, done: Done) -> None:
+        """The live records under `prefix`, from every shard (`completion.records`)."""
+        self._track(self.store.list_prefix(self.loop.clock(), prefix), done)
 
     @staticmethod
     def decode(completion: Completion) -> Any:

@@ -40,6 +40,7 @@ from zmesh.runtime.node.mesh import MeshAgent
 from zmesh.runtime.node.objects import NodeObjects
 from zmesh.runtime.node.ops import QUERIES as OPS_QUERIES
 from zmesh.runtime.node.ops import NodeOps
+from zmesh.runtime.node.user_kv import USER_KV_QUERIES, answer_kv_query
 from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
 from zmesh.runtime.owner.node_watch import node_timeout_s
@@ -520,6 +521,9 @@ class Node:
                 self.loop.send(client.address, msg)
 
     def _on_query(self, sender: str, msg: m.Query, bufs: list[Any]) -> None:
+        if msg.what in USER_KV_QUERIES:  # answered when the control store has answered
+            answer_kv_query(self, sender, msg)
+            return
         try:
             data = self._answer(msg.what, msg.arg)
             reply = m.QueryReply(request_id=msg.request_id, data=msgspec.msgpack.encode(data))

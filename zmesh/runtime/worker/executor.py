@@ -22,6 +22,7 @@ import cloudpickle
 from zmesh.core.mailbox import Mailbox
 from zmesh.errors import ActorExit, TaskCancelledError
 from zmesh.protocol.messages import runtime as m
+from zmesh.ray_compat import install_if_requested
 from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
@@ -123,6 +124,7 @@ class Executor:
     def _function(self, fn_id: bytes, blob: bytes) -> Any:
         fn = self.functions.get(fn_id)
         if fn is None:
+            install_if_requested()  # before loading: user code may `import ray` (Ray-compat)
             if not blob:
                 blob = self.client.query("function", fn_id)
             fn = self.functions[fn_id] = cloudpickle.loads(blob)

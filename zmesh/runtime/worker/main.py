@@ -11,6 +11,7 @@ import sys
 
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.ops import TaskEvents
+from zmesh.ray_compat import install_if_requested
 from zmesh.runtime import context
 from zmesh.runtime.owner.client import CoreClient
 from zmesh.runtime.worker import events, logs
@@ -22,6 +23,7 @@ EVENTS_PERIOD_S = 1.0
 
 def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = True) -> None:
     """Serve tasks and actor calls until the node tells us to stop or disappears."""
+    install_if_requested()  # Ray-compat mode inherited from the node's environment
     client = CoreClient(node_address, session_dir, "worker", worker_id=worker_id)
     context.set_client(client)
     executor = Executor(client)
