@@ -1,0 +1,154 @@
+"""One collective group in one member process: a torch.distributed process group plus a
+watchdog, so that a member that dies fails the others' collectives instead of hanging them.
+
+The watchdog beats a counter per member in the group's store; a member whose counter stops
+for `dead_after_s`, a store that stops answering (rank 0 serves it), or a collective that
+errs (gloo sees a peer's socket close) breaks the group: every pending and later collective
+raises CollectiveError naming the member, and the group must be created again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from zmesh.collective.types import CollectiveError
+
+HEARTBEAT_S = 0.5
+
+
+class CollectiveGroup:
+    """A member's view of one group (thread-safe; collectives may come from any thread)."""
+
+    def __init__(self, name: str, nonce: str, rank: int, world_size: int, backend: str,
+                 store: Any, dead_after_s: float, op_timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        self.name = name
+        self.nonce = nonce
+        self.rank = rank
+        self.world_size = world_size
+        self.backend = backend
+        self.store = store
+        self.dead_after_s = dead_after_s
+        timeout = datetime.timedelta(seconds=op_timeout_s)
+        if backend == "nccl":
+            self.pg: Any = dist.ProcessGroupNCCL(store, rank, world_size)
+        else:
+            self.pg = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        self.broken: str = ""
+        self._lock = threading.Lock()
+        self._pending: set[threading.Event] = set()
+        self._stop = threading.Event()
+        self._monitor_store = store.clone() if hasattr(store, "clone") else store
+        self._monitor = threading.Thread(target=self._watch, name=f"collective-{name}",
+                                         daemon=True)
+        self._monitor.start()
+
+    # -- collectives -------------------------------------------------------------------------
+    def run(self, what: str, start: Callable[[], Any]) -> None:
+        """Start a collective (`start` returns its torch Work) and wait for it, or for the
+        group to break."""
+        self._check(what)
+        try:
+            work = start()
+        except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError for peer loss
+            self.break_group(f"{what} failed on rank {self.rank}: {exc}")
+            raise CollectiveError(self._message(what)) from exc
+        done = threading.Event()
+        with self._lock:
+            self._pending.add(done)
+        failure: list[BaseException] = []
+        try:
+            try:
+                future = work.get_future()
+            except RuntimeError:  # some works (gloo reduce_scatter) have no future: a thread
+                future = None
+                threading.Thread(target=_wait_work, args=(work, done, failure),
+                                 daemon=True).start()
+            if future is not None:
+                future.add_done_callback(lambda _f: done.set())
+            done.wait()
+            self._check(what)
+            try:
+                if future is not None:
+                    future.value()
+                elif failure:
+                    raise failure[0]
+            except Exception as exc:  # noqa: BLE001
+                self.break_group(f"{what} failed on rank {self.rank}: {exc}")
+                raise CollectiveError(self._message(what)) from exc
+        finally:
+            with self._lock:
+                self._pending.discard(done)
+
+    def _check(self, what: str) -> None:
+        if self.broken:
+            raise CollectiveError(self._message(what))
+
+    def _message(self, what: str) -> str:
+        return (f"collective {what} in group {self.name!r} (rank {self.rank} of "
+                f"{self.world_size}) failed: {self.broken}; the group is destroyed, create "
+                f"it again to go on")
+
+    # -- failure -----------------------------------------------------------------------------
+    def break_group(self, reason: str) -> None:
+        """Mark the group broken, tell the other members if the store still answers, and
+        wake every pending collective."""
+        with self._lock:
+            if self.broken:
+                return
+            self.broken = reason
+            pending = list(self._pending)
+        try:
+            self._monitor_store.set("broken", reason)
+        except Exception:  # noqa: BLE001 - the store may be what died
+            pass
+        for event in pending:
+            event.set()
+
+    def _watch(self) -> None:
+        store = self._monitor_store
+        last: dict[int, tuple[int, float]] = {}
+        while not self._stop.wait(HEARTBEAT_S):
+            now = time.monotonic()
+            try:
+                store.add(f"hb/{self.rank}", 1)
+                if store.check(["broken"]):
+                    reason = store.get("broken").decode(errors="replace")
+                    self.break_group(reason)
+                    return
+                for r in range(self.world_size):
+                    if r == self.rank:
+                        continue
+                    beats = store.add(f"hb/{r}", 0)
+                    seen = last.get(r)
+                    if seen is None or seen[0] != beats:
+                        last[r] = (beats, now)
+                    elif beats > 0 and now - seen[1] > self.dead_after_s:
+                        self.break_group(f"member rank {r} stopped answering for "
+                                         f"{self.dead_after_s:g}s (its process died or hung)")
+                        return
+            except Exception as exc:  # noqa: BLE001 - rank 0 serves the store
+                if not self._stop.is_set():
+                    self.break_group(f"the group's store on rank 0 stopped answering "
+                                     f"(rank 0 died?): {exc}")
+                return
+
+    def close(self) -> None:
+        """Leave the group: stop the watchdog; the process group goes with the object."""
+        self._stop.set()
+        self.break_group("the group was destroyed")
+        self._monitor.join(timeout=5)
+
+
+def _wait_work(work: Any, done: threading.Event, failure: list[BaseException]) -> None:
+    try:
+        work.wait()
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller
+        failure.append(exc)
+    finally:
+        done.set()

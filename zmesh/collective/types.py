@@ -1,0 +1,30 @@
+"""Names shared by the collective API: reduce operations, backends and the group error."""
+
+from __future__ import annotations
+
+import enum
+
+from zmesh.errors import ZmeshError
+
+
+class ReduceOp(enum.Enum):
+    """How allreduce, reduce and reduce_scatter combine the members' tensors."""
+
+    SUM = "sum"
+    PRODUCT = "product"
+    MIN = "min"
+    MAX = "max"
+
+    def to_torch(self) -> object:
+        import torch.distributed as dist
+
+        return {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT,
+                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[self.value]
+
+
+BACKENDS = ("gloo", "nccl")
+
+
+class CollectiveError(ZmeshError):
+    """A collective failed: a member died or stopped answering (the group is destroyed),
+    or the group does not exist in this process."""
