@@ -36,7 +36,8 @@ class CollectiveGroup:
         self.dead_after_s = dead_after_s
         timeout = datetime.timedelta(seconds=op_timeout_s)
         if backend == "nccl":
-            self.pg: Any = dist.ProcessGroupNCCL(store, rank, world_size)
+            self.pg: Any = dist.ProcessGroupNCCL(store, rank, world_size,
+                                                 dist.ProcessGroupNCCL.Options())
         else:
             self.pg = dist.ProcessGroupGloo(store, rank, world_size, timeout)
         self.broken: str = ""

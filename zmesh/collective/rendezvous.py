@@ -26,12 +26,13 @@ def open_store(group_name: str, nonce: str, rank: int, world_size: int,
     key = store_key(group_name, nonce)
     if rank == 0:
         host = get_node_ip_address()
-        store = dist.TCPStore(host, 0, world_size, True, wait_for_workers=False,
-                              timeout=timeout)
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            host, 0, world_size, True, wait_for_workers=False, timeout=timeout)
         kv.kv_put(key, f"{host}:{store.port}".encode())
         return store
     host, _, port = kv.kv_wait(key, timeout=timeout_s).decode().rpartition(":")
-    return dist.TCPStore(host, int(port), world_size, False, timeout=timeout)
+    return dist.TCPStore(  # type: ignore[attr-defined]
+        host, int(port), world_size, False, timeout=timeout)
 
 
 def forget(group_name: str, nonce: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from zmesh.errors import ZmeshError
 
@@ -15,7 +16,7 @@ class ReduceOp(enum.Enum):
     MIN = "min"
     MAX = "max"
 
-    def to_torch(self) -> object:
+    def to_torch(self) -> Any:
         import torch.distributed as dist
 
         return {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT,
