@@ -298,8 +298,31 @@ def cancel(ref: Any, *, force: bool = False, recursive: bool = True) -> None:
     if not isinstance(ref, ObjectRef | ObjectRefGenerator):
         raise TypeError(f"cancel() expects an ObjectRef or ObjectRefGenerator, "
                         f"got {type(ref).__name__}")
+    from concurrent.futures import Future
+
     client = context.current_client()
-    client.loop.call_soon(client.tasks.cancel, ref.task_id(), force)
+    task_id = ref.task_id()
+    done: Future[bool] = Future()
+
+    def on_loop() -> None:  # after the submission (queued on the loop before us) is known
+        try:
+            if client.actors.has_call(task_id):
+                if not force:
+                    client.actors.cancel(task_id, recursive)
+                done.set_result(not force)
+                return
+            client.tasks.cancel(task_id, force, recursive)
+            done.set_result(True)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            done.set_exception(exc)
+
+    if threading.current_thread() is client.loop.thread:
+        on_loop()
+    else:
+        client.loop.call_soon(on_loop)
+    if not client.loop.wait_future(done, 30):
+        raise ValueError("force=True is not supported for actor tasks (as in Ray): kill the "
+                         "actor with kill() instead")
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

@@ -50,6 +50,11 @@ class PendingCallsLimitExceeded(ZmeshError):
     """More calls to an actor are pending from this handle than its `max_pending_calls`."""
 
 
+class TaskInterrupt(BaseException):
+    """Raised inside a running task's thread by `cancel` (reported as TaskCancelledError). A
+    BaseException, so that `except Exception` in user or decoding code does not swallow it."""
+
+
 class ActorExit(SystemExit):
     """Raised by `zmesh.actor.exit_actor()` (and `__ray_terminate__`): the actor's worker runs
     its atexit handlers and ends for good, without restarting. `why` names the cause."""

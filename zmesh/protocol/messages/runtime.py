@@ -349,6 +349,7 @@ class CancelTask(Message, tag=53):
 
     task_id: bytes
     force: bool = False
+    recursive: bool = True  # also cancel the tasks it submitted
 
 
 # -- borrowers <-> owners ------------------------------------------------------------------

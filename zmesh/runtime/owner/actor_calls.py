@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
 
 
+CANCELLED_CALL = "__zmesh_cancelled__"
+"""The method name a call cancelled before it was sent goes with."""
+
+
 @dataclass(eq=False)
 class Call:
     msg: m.ActorCall
@@ -159,6 +163,29 @@ class ActorCaller:
                     c.msg.task_id == task_id for c in list(rec.queue))):
                 return self.pending_reasons.get(f"actor {rec.class_name}", "")
         return ""
+
+    def has_call(self, task_id: bytes) -> bool:
+        """True if `task_id` is an unfinished call to an actor made here."""
+        for rec in list(self.records.values()):
+            if task_id in rec.inflight or any(c.msg.task_id == task_id for c in list(rec.queue)):
+                return True
+        return False
+
+    def cancel(self, task_id: bytes, recursive: bool) -> None:
+        """Ray's actor-task cancel (loop thread): a call not sent yet fails now with
+        TaskCancelledError; a sent one is cancelled by the actor's worker if it has not
+        started (or, in an async actor, is running)."""
+        for rec in list(self.records.values()):
+            for call in list(rec.queue):
+                if call.msg.task_id == task_id:
+                    # it still goes, keeping its place in the actor's sequence, and the
+                    # worker answers it with TaskCancelledError without running it
+                    call.msg = msgspec.structs.replace(call.msg, method=CANCELLED_CALL)
+                    return
+            if task_id in rec.inflight and rec.address:
+                self.client.loop.send(rec.address, m.CancelTask(task_id=task_id,
+                                                                recursive=recursive))
+                return
 
     def kill_requested(self, actor_id: bytes, no_restart: bool) -> None:
         """This caller asked the node to kill the actor: later calls go through the loop,

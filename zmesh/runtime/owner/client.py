@@ -22,6 +22,7 @@ from zmesh.errors import (
     ObjectLostError,
     OwnerDiedError,
     PlacementGroupError,
+    TaskCancelledError,
     TransportError,
     ZmeshError,
 )
@@ -94,6 +95,7 @@ class CoreClient:
         self.assigned_resources: dict[str, float] = {}
         self.current_task_id: bytes = b""
         self.current_actor_id: bytes = b""
+        self.interruptible: dict[int, _Countdown] = {}  # thread id -> its get/wait, if blocked
         self.current_actor_class: Any = None  # the user's class, in an actor's worker
         self.current_placement_group: Any = None  # the group the running work was placed in
         self.inherited_strategy = b""  # its strategy, when it captures its child tasks
@@ -354,12 +356,17 @@ class CoreClient:
             blocked = self.blocked_hook is not None
             if blocked:
                 self.blocked_hook(True)  # type: ignore[misc]
+            me = threading.get_ident()
+            self.interruptible[me] = waiter
             try:
                 left = None if deadline is None else max(0.0, deadline - self.loop.clock())
                 done = self.loop.wait_event(waiter.event, left)
             finally:
+                self.interruptible.pop(me, None)
                 if blocked:
                     self.blocked_hook(False)  # type: ignore[misc]
+            if waiter.cancelled:
+                raise TaskCancelledError("the task was cancelled while blocked in get()")
             if not done:
                 late = next(refs[i] for i in missing if self.objects.value_of(refs[i].id) is None)
                 raise GetTimeoutError(self._timeout_message(late))
@@ -397,7 +404,14 @@ class CoreClient:
             waiter = _Countdown(num_returns)
             for r in refs:
                 self.objects.when_ready(r.id, waiter.hit)
-            self.loop.wait_event(waiter.event, timeout)
+            me = threading.get_ident()
+            self.interruptible[me] = waiter
+            try:
+                self.loop.wait_event(waiter.event, timeout)
+            finally:
+                self.interruptible.pop(me, None)
+            if waiter.cancelled:
+                raise TaskCancelledError("the task was cancelled while blocked in wait()")
         out_ready: list[ObjectRef] = []
         rest: list[ObjectRef] = []
         for r in refs:
@@ -501,13 +515,19 @@ class _Countdown:
     """Sets `event` once `hit` has been called `n` times, from any threads (the loop's
     callbacks race the registering thread's immediate ones, hence the lock)."""
 
-    __slots__ = ("left", "event", "_lock", "_fail_fast")
+    __slots__ = ("left", "event", "_lock", "_fail_fast", "cancelled")
 
     def __init__(self, n: int, fail_fast: bool = False) -> None:
         self.left = n
         self.event = threading.Event()
         self._lock = threading.Lock()
         self._fail_fast = fail_fast  # an error value ends the wait at once
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """End the wait now: the waiting task was cancelled."""
+        self.cancelled = True
+        self.event.set()
 
     def hit(self, value: Any) -> None:
         with self._lock:

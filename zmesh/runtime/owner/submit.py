@@ -54,6 +54,7 @@ class Task:
     done: bool = False
     backpressure: int = 0  # streaming generators: items the worker may run ahead
     max_calls: int = 0  # a worker exits after this many calls (0: no limit)
+    parent: bytes = b""  # the task that submitted it (cancel(recursive=True) follows this)
 
     def return_ids(self) -> list[bytes]:
         return [IdGen.object_id(self.task_id, i) for i in range(max(self.num_returns, 1))]
@@ -111,6 +112,7 @@ class TaskSubmitter:
     # -- submission (user thread) ----------------------------------------------------------
     def submit(self, task: Task) -> None:
         client = self.client
+        task.parent = client.current_task_id
         ids = [r.id for r in task.top_refs] + task.nested_ids
         if ids:
             client.objects.add_submitted(ids)
@@ -380,7 +382,7 @@ class TaskSubmitter:
         self._enqueue(task)
 
     # -- cancellation ----------------------------------------------------------------------
-    def cancel(self, task_id: bytes, force: bool) -> None:
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None:
         task = self.tasks.get(task_id)
         if task is None or task.done:
             return
@@ -392,7 +394,13 @@ class TaskSubmitter:
             self._finish(task, [values.encode_error(TaskCancelledError(
                 f"task {task.name} was cancelled before it ran"))], failed=True)
             return
-        self.client.loop.send(task.lease.worker, m.CancelTask(task_id=task_id, force=force))
+        self.client.loop.send(task.lease.worker, m.CancelTask(task_id=task_id, force=force,
+                                                              recursive=recursive))
+
+    def cancel_children(self, parent: bytes, force: bool) -> None:
+        """Cancel the unfinished tasks that `parent` submitted, and theirs (loop thread)."""
+        for task in [t for t in self.tasks.values() if t.parent == parent and not t.done]:
+            self.cancel(task.task_id, force, recursive=True)
 
     def pending_reason(self, task_id: bytes) -> str:
         task = self.tasks.get(task_id)

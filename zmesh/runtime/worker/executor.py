@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from zmesh.core.mailbox import Mailbox
-from zmesh.errors import ActorExit, TaskCancelledError
+from zmesh.errors import ActorExit, TaskCancelledError, TaskInterrupt
 from zmesh.protocol.messages import runtime as m
 from zmesh.ray_compat import install_if_requested
 from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
+from zmesh.runtime.owner.actor_calls import CANCELLED_CALL
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
@@ -58,6 +59,7 @@ class Executor:
         self.groups: ConcurrencyGroups | None = None
         self.running: bytes = b""
         self.cancelled: set[bytes] = set()
+        self.async_calls: dict[bytes, asyncio.Task[Any]] = {}  # running calls of an async actor
         self._cancel_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
@@ -85,10 +87,23 @@ class Executor:
         if msg.force:
             os._exit(1)
         self.cancelled.add(msg.task_id)
+        if msg.recursive:
+            self.client.tasks.cancel_children(msg.task_id, False)
+        if self.actor is not None:
+            # as Ray: a queued actor task never runs; a running one is interrupted only in
+            # an async actor (a sync actor's state must not be torn mid-method)
+            running = self.async_calls.get(msg.task_id)
+            if running is not None and self.aio is not None:
+                self.aio.call_soon_threadsafe(running.cancel)
+            return
         with self._cancel_lock:
             if self.running == msg.task_id and self.thread.ident is not None:
+                waiter = self.client.interruptible.get(self.thread.ident)
+                if waiter is not None:  # blocked in get/wait: end that wait with the cancel
+                    waiter.cancel()
+                    return
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(self.thread.ident), ctypes.py_object(TaskCancelledError))
+                    ctypes.c_ulong(self.thread.ident), ctypes.py_object(TaskInterrupt))
 
     @contextlib.contextmanager
     def _shielded(self) -> Iterator[None]:
@@ -118,7 +133,7 @@ class Executor:
                     self._call(item)
                 elif isinstance(item, m.CreateActor):
                     self._create_actor(item)
-            except TaskCancelledError:
+            except (TaskCancelledError, TaskInterrupt):
                 pass  # the cancel landed after the task finished
 
     def _function(self, fn_id: bytes, blob: bytes) -> Any:
@@ -265,6 +280,8 @@ class Executor:
             class_name=spec.class_name, restarts=spec.restarts))
 
     def _invoke(self, call: m.ActorCall) -> tuple[Any, list[Any]]:
+        if call.task_id in self.cancelled or call.method == CANCELLED_CALL:
+            raise TaskCancelledError(f"task {self._method_name(call)} was cancelled")
         if call.method == TERMINATE:
             raise ActorExit(TERMINATED)
         args, kwargs, refs = unpack_args(call.args, self.client.read)
@@ -320,7 +337,9 @@ class Executor:
 
     def _start_async_call(self, call: m.ActorCall) -> None:
         assert self.aio is not None
-        self.aio.create_task(self._async_call(call))
+        task = self.aio.create_task(self._async_call(call))
+        self.async_calls[call.task_id] = task
+        task.add_done_callback(lambda _t: self.async_calls.pop(call.task_id, None))
 
     async def _async_call(self, call: m.ActorCall) -> None:
         assert self.aio_sem is not None
@@ -336,6 +355,8 @@ class Executor:
                 return
         async with sem:
             try:
+                if call.task_id in self.cancelled or call.method == CANCELLED_CALL:
+                    raise TaskCancelledError(f"task {name} was cancelled")
                 if call.method == TERMINATE:
                     raise ActorExit(TERMINATED)
                 args, kwargs, refs = unpack_args(call.args, self.client.read)
@@ -399,7 +420,7 @@ class Executor:
 
 
 def _error(name: str, exc: BaseException, pid: int) -> m.Value:
-    if isinstance(exc, TaskCancelledError):
+    if isinstance(exc, TaskCancelledError | TaskInterrupt | asyncio.CancelledError):
         return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
     return values.encode_error(capture(name, exc, pid))
 
