@@ -83,7 +83,7 @@ def test_kill_an_unready_actor_fails_its_queued_calls(ray):
 
 
 def test_kill_rejects_something_that_is_not_an_actor(ray):
-    with pytest.raises(TypeError, match="actor handle"):
+    with pytest.raises(ValueError, match="actor handles"):  # Ray: ValueError
         ray.kill("not an actor")
 
 
