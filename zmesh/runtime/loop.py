@@ -38,6 +38,7 @@ class EventLoop:
         self.address = endpoint.address
         self.name = name
         self._handlers: dict[type, Handler] = {}
+        self.received = 0  # messages decoded and dispatched since start
         self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._timers: list[tuple[float, int, Callable[[], Any]]] = []
         self._timer_seq = itertools.count()
@@ -185,6 +186,7 @@ class EventLoop:
         if unpacked is None:
             return
         msg, buffers = unpacked
+        self.received += 1  # for the message-rate metric (zmesh dashboard's /metrics)
         handler = self._handlers.get(type(msg))
         if handler is None:
             logger.warning("%s: no handler for %s from %s; dropped", self.name,

@@ -48,6 +48,8 @@ def add_node_command(subparsers: Sub) -> None:
     p.add_argument("--insecure", action="store_true",
                    help="run WITHOUT authentication or encryption: anyone who reaches the port "
                         "can run code as you. Only for isolated networks; never the default")
+    p.add_argument("--dashboard-port", type=int, default=0, metavar="PORT",
+                   help="also serve the web dashboard and /metrics on this port")
     p.set_defaults(handler=run_node)
 
 
@@ -57,7 +59,7 @@ def _token_args(p: argparse.ArgumentParser, token_help: str) -> None:
                    help="a file (mode 0600) holding the join token; or set $ZMESH_TOKEN_FILE")
 
 
-def _credentials(args: argparse.Namespace, address: str | None) -> ClusterCredentials | None:
+def credentials_for(args: argparse.Namespace, address: str | None) -> ClusterCredentials | None:
     """The credentials a client command uses: --token, --token-file, the environment, or
     those of a node started on this machine (at `address`, or any)."""
     from zmesh.runtime.node.credentials import local_credentials
@@ -99,6 +101,12 @@ def run_node(args: argparse.Namespace) -> int:
     argv += ["--insecure"] if args.insecure else []
     argv += ["--token", args.token] if args.token else []
     argv += ["--token-file", args.token_file] if args.token_file else []
+    dashboard = None
+    if args.dashboard_port:
+        from zmesh.runtime.ops_cli import start_dashboard_child
+
+        dashboard, url = start_dashboard_child(session_dir, args.host, args.dashboard_port)
+        print(f"  dashboard:        {url}", flush=True)
     try:
         node.main(argv)
     except SystemExit as exc:
@@ -106,6 +114,9 @@ def run_node(args: argparse.Namespace) -> int:
             print(exc.code, file=sys.stderr)
             return 2
     finally:
+        if dashboard is not None:
+            dashboard.terminate()
+            dashboard.wait(10)
         shutil.rmtree(session_dir, ignore_errors=True)
     print("zmesh node stopped", flush=True)
     return 0
@@ -176,7 +187,7 @@ def _rows(kind: str, state: dict[str, Any]) -> list[dict[str, Any]]:
                          "labels": n["Labels"]})
         return rows
     if kind == "actors":
-        return _actor_rows(state)
+        return actor_rows(state)
     for node_id, got in state["per_node"].items():
         if kind == "placement-groups":
             for pg in (got.get("placement_groups") or {}).values():
@@ -196,7 +207,7 @@ def _rows(kind: str, state: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _actor_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+def actor_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per actor. Several nodes know an actor (its home, the node running it, the
     nodes that forwarded it); the row of the node running it wins, else the first seen."""
     best: dict[str, dict[str, Any]] = {}
@@ -219,7 +230,7 @@ def _actor_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
 def run_list(args: argparse.Namespace) -> int:
     try:
         rows = _rows(args.kind, gather(args.address,
-                                       credentials=_credentials(args, args.address)))
+                                       credentials=credentials_for(args, args.address)))
     except ZmeshError as exc:
         print(f"zmesh list: {exc}", file=sys.stderr)
         return 1
@@ -255,7 +266,7 @@ def _num(v: Any) -> str:
 
 def run_status(args: argparse.Namespace) -> int:
     try:
-        state = gather(args.address, credentials=_credentials(args, args.address))
+        state = gather(args.address, credentials=credentials_for(args, args.address))
     except ZmeshError as exc:
         print(f"zmesh status: {exc}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from zmesh.errors import ZmeshError
-from zmesh.runtime.mesh_cli import address_arg, entry_address
+from zmesh.runtime.mesh_cli import address_arg, credentials_for, entry_address
 from zmesh.runtime.node.query import NodeQuerier
 
 Sub = Any  # argparse._SubParsersAction
@@ -27,12 +27,12 @@ def _members(q: NodeQuerier, address: str | None) -> list[dict[str, Any]]:
     return [r for r in rows if r["Alive"]]
 
 
-def _ask_all(address: str | None, what: str, arg: bytes = b"") -> list[tuple[str, Any]]:
+def _ask_all(args: argparse.Namespace, what: str, arg: bytes = b"") -> list[tuple[str, Any]]:
     """(node id, answer) from every live member; members that fail to answer are skipped
     with a warning on stderr."""
     out: list[tuple[str, Any]] = []
-    with NodeQuerier() as q:
-        for row in _members(q, address):
+    with NodeQuerier(credentials=credentials_for(args, args.address)) as q:
+        for row in _members(q, args.address):
             try:
                 out.append((row["NodeID"], q.query(row["Address"], what, arg)))
             except ZmeshError as exc:
@@ -71,7 +71,7 @@ def trace_events(spans: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_timeline(args: argparse.Namespace) -> int:
     try:
-        spans = [s for _, got in _ask_all(args.address, "timeline") for s in got]
+        spans = [s for _, got in _ask_all(args, "timeline") for s in got]
     except ZmeshError as exc:
         print(f"zmesh timeline: {exc}", file=sys.stderr)
         return 1
@@ -102,9 +102,10 @@ def run_logs(args: argparse.Namespace) -> int:
                                              ("pid", args.pid)) if v}
     offsets: dict[str, dict[str, int]] = {}
     try:
+        credentials = credentials_for(args, args.address)
         while True:
             found = False
-            with NodeQuerier() as q:
+            with NodeQuerier(credentials=credentials) as q:
                 for row in _members(q, args.address):
                     node_id = row["NodeID"]
                     if args.node and not node_id.startswith(args.node):
@@ -144,7 +145,7 @@ def add_memory_command(subparsers: Sub) -> None:
 def run_memory(args: argparse.Namespace) -> int:
     try:
         rows = [{"node_id": node_id, **o}
-                for node_id, got in _ask_all(args.address, "memory") for o in got["objects"]]
+                for node_id, got in _ask_all(args, "memory") for o in got["objects"]]
     except ZmeshError as exc:
         print(f"zmesh memory: {exc}", file=sys.stderr)
         return 1
@@ -173,4 +174,100 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-OPS_COMMANDS = [add_timeline_command, add_logs_command, add_memory_command]
+# -- zmesh dashboard -----------------------------------------------------------------------
+def add_dashboard_command(subparsers: Sub) -> None:
+    p = subparsers.add_parser(
+        "dashboard", help="serve the web dashboard and Prometheus /metrics of a mesh",
+        description="Serve a live page of members, actors, tasks, objects, groups and worker "
+                    "logs, and /metrics for Prometheus, for the mesh of any member. Every "
+                    "request needs the secret in the printed URL (or a Bearer header).")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback)")
+    p.add_argument("--port", type=int, default=8265, help="port (default 8265, as Ray's)")
+    p.add_argument("--session-dir", help=argparse.SUPPRESS)  # set by `zmesh node --dashboard`
+    p.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)
+    address_arg(p)
+    p.set_defaults(handler=run_dashboard)
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    import os
+
+    try:
+        import prometheus_client  # noqa: F401
+
+        from zmesh.dashboard.server import Dashboard
+    except ImportError:
+        print("zmesh dashboard: needs prometheus_client: pip install 'zmesh[ops]'",
+              file=sys.stderr)
+        return 2
+    address = args.address
+    if args.session_dir:
+        address = _wait_for_node(args.session_dir)
+        if address is None:
+            return 1
+    try:
+        dash = Dashboard(address, args.host, args.port,
+                         credentials=credentials_for(args, address),
+                         token=os.environ.pop("ZMESH_DASHBOARD_TOKEN", None) or None)
+    except OSError as exc:
+        print(f"zmesh dashboard: cannot serve on {args.host}:{args.port}: {exc.strerror}; "
+              "choose another --port", file=sys.stderr)
+        return 1
+    print(f"zmesh dashboard at {dash.url}", flush=True)
+    if args.parent_pid:
+        _exit_with(args.parent_pid)
+    try:
+        dash.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        dash.reader.close()
+    return 0
+
+
+def _wait_for_node(session_dir: str, timeout: float = 60.0) -> str | None:
+    """The tcp address of the node starting in `session_dir`, from its node.json."""
+    import os
+
+    path = os.path.join(session_dir, "node.json")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                return str(json.load(f)["address"])
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.1)  # polling a file another process writes once
+    print(f"zmesh dashboard: no node started in {session_dir}", file=sys.stderr)
+    return None
+
+
+def _exit_with(parent: int) -> None:
+    """Exit this process when `parent` (the node that started it) is gone."""
+    import os
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)  # polling the parent: there is no event for its death
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="zmesh-parent-watch").start()
+
+
+def start_dashboard_child(session_dir: str, host: str, port: int) -> tuple[Any, str]:
+    """For `zmesh node --dashboard-port`: the dashboard process of this node, and its URL."""
+    import os
+    import secrets
+    import subprocess
+
+    token = secrets.token_urlsafe(24)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmesh", "dashboard", "--session-dir", session_dir,
+         "--host", host, "--port", str(port), "--parent-pid", str(os.getpid())],
+        env={**os.environ, "ZMESH_DASHBOARD_TOKEN": token}, stdout=subprocess.DEVNULL)
+    shown = f"[{host}]" if ":" in host else host
+    return proc, f"http://{shown}:{port}/?token={token}"
+
+
+OPS_COMMANDS = [add_timeline_command, add_logs_command, add_memory_command,
+                add_dashboard_command]

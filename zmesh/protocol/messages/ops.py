@@ -16,6 +16,7 @@ class TaskEvent(msgspec.Struct, array_like=True, frozen=True, gc=False):
     start: float
     end: float
     ok: bool = True
+    error: str = ""  # the exception, when not ok: `ValueError: bad input`
 
 
 class TaskEvents(Message, tag=200):
@@ -23,3 +24,11 @@ class TaskEvents(Message, tag=200):
 
     pid: int
     events: list[TaskEvent] = []
+
+
+class UserMetrics(Message, tag=201):
+    """The current values of the metrics a worker's user code defined (zmesh.util.metrics),
+    msgpack-encoded records; its node keeps the latest per worker."""
+
+    pid: int
+    records: bytes = b""

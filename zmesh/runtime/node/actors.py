@@ -392,7 +392,8 @@ class ActorManager:
             return {e.spec.actor_id.hex(): {"class_name": e.spec.class_name, "state": e.state,
                                             "name": e.spec.name, "restarts": e.restarts,
                                             "hosted": not e.proxy and not e.remote,
-                                            "namespace": e.spec.namespace}
+                                            "namespace": e.spec.namespace,
+                                            "pid": e.worker.pid if e.worker else 0}
                     for e in self.actors.values()}
         raise KeyError(f"unknown query {what!r}")
 

@@ -70,6 +70,7 @@ class MeshAgent:
                  on_join_failed: Callable[[str], None] | None = None) -> None:
         self.loop = loop
         self._on_join_failed = on_join_failed or (lambda why: logger.error("%s", why))
+        self.on_event: Callable[[str], None] | None = None  # counts membership events
         self.address = address
         self.node_id = node_id
         self._total = total
@@ -163,6 +164,8 @@ class MeshAgent:
             if node_id:
                 self.node_address[node_id] = ev.address
                 self.node_of[ev.address] = node_id
+            if self.on_event is not None:
+                self.on_event(ev.kind.value)
             if node_id and node_id != self.node_id and ev.kind.value in _EVENT_WORDS:
                 logger.info("member %s at %s: %s", node_id[:12],
                             ev.address.removeprefix("tcp://"), _EVENT_WORDS[ev.kind.value])

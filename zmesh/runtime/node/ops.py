@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from zmesh.protocol.messages.ops import TaskEvent, TaskEvents
+from zmesh.protocol.messages.ops import TaskEvent, TaskEvents, UserMetrics
 
 #: one worker's log file is rotated past this size; the previous one is kept as `.1`
 LOG_MAX_BYTES = 4 << 20
@@ -27,6 +27,8 @@ LOG_ANSWER_LINES = 5_000
 
 #: the queries this module answers
 QUERIES = frozenset({"timeline", "logs"})
+#: most distinct names a counter keeps (a program making names on the fly stays bounded)
+MAX_NAMES = 1_000
 
 
 class NodeOps:
@@ -39,11 +41,39 @@ class NodeOps:
         os.makedirs(self.log_dir, mode=0o700, exist_ok=True)
         self._pid_of = pid_of
         self.timeline: deque[tuple[int, TaskEvent]] = deque(maxlen=TIMELINE_MAX)
+        # counters for /metrics: plain ints bumped where the node already handles the event
+        self.submitted: dict[str, int] = {}
+        self.finished: dict[tuple[str, str], int] = {}  # (kind, name) -> count
+        self.failed: dict[tuple[str, str], int] = {}
+        self.membership_events: dict[str, int] = {}
+        self.user_metrics: dict[int, bytes] = {}  # worker pid -> its latest records
 
     # -- what workers send -------------------------------------------------------------------
     def on_task_events(self, sender: str, msg: TaskEvents, bufs: list[Any]) -> None:
         for ev in msg.events:
             self.timeline.append((msg.pid, ev))
+            _bump(self.finished if ev.ok else self.failed, (ev.kind, ev.name))
+
+    def on_user_metrics(self, sender: str, msg: UserMetrics, bufs: list[Any]) -> None:
+        if msg.pid in self.user_metrics or len(self.user_metrics) < MAX_NAMES:
+            self.user_metrics[msg.pid] = msg.records
+
+    def count_submitted(self, name: str) -> None:
+        _bump(self.submitted, name)
+
+    def count_membership(self, kind: str) -> None:
+        _bump(self.membership_events, kind)
+
+    def metrics(self, live_pids: set[int]) -> dict[str, Any]:
+        """The counters, and user metrics of live workers (a dead worker's are dropped)."""
+        for pid in [p for p in self.user_metrics if p not in live_pids]:
+            del self.user_metrics[pid]
+        return {"submitted": self.submitted,
+                "finished": [[k, n, c] for (k, n), c in self.finished.items()],
+                "failed": [[k, n, c] for (k, n), c in self.failed.items()],
+                "membership_events": self.membership_events,
+                "user": {str(pid): msgspec.msgpack.decode(rec)
+                         for pid, rec in self.user_metrics.items() if rec}}
 
     def keep_log(self, sender: str, prefix: str, lines: list[str], stderr: bool) -> None:
         """Append a worker's lines to its file, stamped, rotating it past LOG_MAX_BYTES."""
@@ -69,7 +99,8 @@ class NodeOps:
     def answer(self, what: str, arg: bytes, actor_pid: Callable[[str], int]) -> Any:
         if what == "timeline":
             return [{"pid": pid, "task_id": ev.task_id.hex(), "name": ev.name, "kind": ev.kind,
-                     "start": ev.start, "end": ev.end, "ok": ev.ok, "node_id": self.node_id}
+                     "start": ev.start, "end": ev.end, "ok": ev.ok, "error": ev.error,
+                     "node_id": self.node_id}
                     for pid, ev in self.timeline]
         if what == "logs":
             return self._logs(msgspec.msgpack.decode(arg) if arg else {}, actor_pid)
@@ -131,3 +162,8 @@ def _in_window(line: str, window: tuple[float, float]) -> bool:
 
 def _strip_time(line: str) -> str:
     return line.split(" ", 1)[1] if " " in line else line
+
+
+def _bump(counts: dict[Any, int], key: Any) -> None:
+    if key in counts or len(counts) < MAX_NAMES:
+        counts[key] = counts.get(key, 0) + 1

@@ -26,7 +26,7 @@ from zmesh.core.scheduling import Dispatch, Failed, Forward, Infeasible, Pending
 from zmesh.errors import TransportError, ZmeshError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.common import Ping, Pong
-from zmesh.protocol.messages.ops import TaskEvents
+from zmesh.protocol.messages.ops import TaskEvents, UserMetrics
 from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
@@ -141,6 +141,8 @@ class Node:
         self.objects = NodeObjects(self)
         self.ops = NodeOps(session_dir, self.node_id, self._worker_pid)
         self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())
+        if self.mesh is not None:
+            self.mesh.on_event = self.ops.count_membership
         self._register_handlers()
 
     # -- wiring ----------------------------------------------------------------------------
@@ -157,6 +159,7 @@ class Node:
         on(m.Blocked, self._on_blocked)
         on(m.LogLines, self._on_log)
         on(TaskEvents, self.ops.on_task_events)
+        on(UserMetrics, self.ops.on_user_metrics)
         on(m.Query, self._on_query)
         on(m.Shutdown, lambda s, msg, b: self.stop(msg.reason))
         self.actors.register(self.loop)
@@ -318,6 +321,7 @@ class Node:
         lease_id = random_id(12)
         lease = LeaseInfo(lease_id, msg.owner, msg.request_id, msg.name, request=msg)
         self.leases[lease_id] = lease
+        self.ops.count_submitted(msg.name)
         self.submit_lease(lease)
 
     def submit_lease(self, lease: LeaseInfo, hops: int = 0) -> None:
@@ -503,6 +507,25 @@ class Node:
             object_id=msg.object_id)))
 
     # -- logs and queries ------------------------------------------------------------------
+    def _metrics(self) -> dict[str, Any]:
+        """Counters and gauges for /metrics (`zmesh dashboard` turns them into Prometheus)."""
+        st, ts = self.store.stats(), self.objects.transfer.stats()
+        pending = self.scheduler.pending()
+        out = self.ops.metrics({w.pid for w in self.workers.values()})
+        out.update({
+            "node_id": self.node_id,
+            "queued": sum(1 for p in pending if not p.infeasible),
+            "infeasible": sum(1 for p in pending if p.infeasible),
+            "leases": len(self.leases),
+            "workers": len(self.workers), "idle_workers": len(self.idle),
+            "actors": sum(1 for e in self.actors.actors.values() if e.state == "alive"),
+            "store": {k: getattr(st, k) for k in st.__dataclass_fields__},
+            "transfer": {k: getattr(ts, k) for k in ts.__dataclass_fields__},
+            "messages_received": self.loop.received,
+            "resources": self.scheduler.total(), "available": self.scheduler.available(),
+        })
+        return out
+
     def _worker_pid(self, address: str) -> int:
         info = self.workers.get(address)
         return info.pid if info is not None else 0
@@ -562,6 +585,8 @@ class Node:
             return {k: getattr(st, k) for k in st.__dataclass_fields__}
         if what in OPS_QUERIES:
             return self.ops.answer(what, arg, self._actor_pid)
+        if what == "metrics":
+            return self._metrics()
         if what == "memory":
             return {"node_id": self.node_id, "objects": self.store.objects()}
         if what == "transfer":

@@ -14,6 +14,8 @@ from zmesh.protocol.messages.ops import TaskEvent
 
 #: finished spans a worker holds before the oldest are dropped (if its node stops reading)
 MAX_PENDING = 10_000
+#: an error's text is cut to this length in the timeline
+MAX_ERROR_CHARS = 500
 
 
 class EventRecorder:
@@ -24,18 +26,25 @@ class EventRecorder:
         self._started: dict[bytes, tuple[str, str, float]] = {}
         self._done: deque[TaskEvent] = deque(maxlen=MAX_PENDING)
         self._lock = threading.Lock()
+        self._errors = threading.local()
 
     def begin(self, task_id: bytes, name: str, kind: str) -> None:
         with self._lock:
             self._started[task_id] = (name, kind, time.time())
 
+    def note_error(self, text: str) -> None:
+        """The error the task running on this thread failed with (read by `end`)."""
+        self._errors.text = text[:MAX_ERROR_CHARS]
+
     def end(self, task_id: bytes, ok: bool) -> None:
         now = time.time()
+        error = "" if ok else getattr(self._errors, "text", "")
+        self._errors.text = ""
         with self._lock:
             began = self._started.pop(task_id, None)
             if began is not None:
                 name, kind, start = began
-                self._done.append(TaskEvent(task_id, name, kind, start, now, ok))
+                self._done.append(TaskEvent(task_id, name, kind, start, now, ok, error))
 
     def drain(self) -> list[TaskEvent]:
         """The spans finished since the last drain."""

@@ -420,6 +420,7 @@ class Executor:
 
 
 def _error(name: str, exc: BaseException, pid: int) -> m.Value:
+    events.recorder.note_error(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, TaskCancelledError | TaskInterrupt | asyncio.CancelledError):
         return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
     return values.encode_error(capture(name, exc, pid))

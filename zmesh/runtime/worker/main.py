@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import sys
 
+import msgspec
+
 from zmesh.protocol.messages import runtime as m
-from zmesh.protocol.messages.ops import TaskEvents
+from zmesh.protocol.messages.ops import TaskEvents, UserMetrics
 from zmesh.ray_compat import install_if_requested
 from zmesh.runtime import context
 from zmesh.runtime.owner.client import CoreClient
@@ -52,6 +54,10 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
         done = events.recorder.drain()
         if done:
             client.loop.send(client.node_address, TaskEvents(pid=os.getpid(), events=done))
+        user = sys.modules.get("zmesh.util.metrics")  # only if user code defined metrics
+        if user is not None and user.defined():
+            client.loop.send(client.node_address, UserMetrics(
+                pid=os.getpid(), records=msgspec.msgpack.encode(user.snapshot())))
         client.loop.call_later(EVENTS_PERIOD_S, ship_events)
 
     client.loop.call_later(EVENTS_PERIOD_S, ship_events)
