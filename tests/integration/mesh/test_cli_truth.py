@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import pytest
 from cli_helpers import start_node, zmesh_cli
 
+from zmesh.security.keys import ClusterCredentials
+
 
 @pytest.fixture
 def env() -> Iterator[dict[str, str]]:
@@ -63,8 +65,9 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_fix(env: dict[str, st
 
 def test_joining_a_dead_seed_fails_instead_of_running_alone(env: dict[str, str]) -> None:
     dead = _free_port()
+    token = ClusterCredentials.generate().token  # a well-formed token for a mesh that is gone
     out = subprocess.run([sys.executable, "-m", "zmesh", "node", "--num-cpus", "1",
-                          "--join", f"127.0.0.1:{dead}"],
+                          "--join", f"127.0.0.1:{dead}", "--token", token],
                          env=dict(env, ZMESH_JOIN_TIMEOUT_S="1.5"), text=True,
                          capture_output=True, timeout=60)
     assert out.returncode != 0
