@@ -21,7 +21,7 @@ from zmesh.protocol.messages.ops import TaskEvent, TaskEvents, UserMetrics
 #: one worker's log file is rotated past this size; the previous one is kept as `.1`
 LOG_MAX_BYTES = 4 << 20
 #: task spans a node remembers for `zmesh timeline`
-TIMELINE_MAX = 100_000
+TIMELINE_MAX = 20_000
 #: lines one `logs` answer carries at most (a follower asks again from the new offset)
 LOG_ANSWER_LINES = 5_000
 
