@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from zmesh.core.actor_lifecycle import ActorLifecycle
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.node import group_table
 from zmesh.runtime.node.worker_pool import WorkerInfo
@@ -11,20 +12,25 @@ from zmesh.runtime.node.worker_pool import WorkerInfo
 
 @dataclass(eq=False)
 class ActorEntry:
+    """An actor this node manages: its lifecycle core (the rules) and where it runs. `state`,
+    `address`, `reason`, `error` and `restarts` are what was last published."""
+
     spec: m.CreateActor
     state: str = "pending"
     worker: WorkerInfo | None = None
     address: str = ""
     subscribers: set[str] = field(default_factory=set)
     restarts: int = 0
-    no_restart: bool = False
     error: bytes = b""
     reason: str = ""
-    kill_reason: str = ""  # why this node killed its worker, which then names the death
     remote: str = ""  # the node hosting it, while this node is its home
     home: str = ""  # its home node, while this node hosts it for that one
     hops: int = 0
     proxy: bool = False  # a stand-in for an actor homed on another node (remote is its home)
+    life: ActorLifecycle = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.life = ActorLifecycle(self.spec.max_restarts, self.restarts)
 
 
 @dataclass(eq=False)

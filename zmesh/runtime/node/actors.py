@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from zmesh.core import actor_lifecycle as life
+from zmesh.core.never import assert_never
 from zmesh.core.scheduling import (
     Dispatch,
     Failed,
@@ -67,8 +69,8 @@ class ActorManager:
             key = (spec.namespace, spec.name)
             other = self.actors.get(self.named.get(key, b""))
             if other is not None and other.state != "dead":
-                self._set_state(entry, "dead", reason=f"the name {spec.name!r} is already taken "
-                                f"in namespace {spec.namespace!r}")
+                self.run(entry, life.Unschedulable(
+                    f"the name {spec.name!r} is already taken in namespace {spec.namespace!r}"))
                 return
             self.named[key] = spec.actor_id
             self.names.claim(entry)  # schedules it once the name is ours cluster-wide
@@ -96,7 +98,7 @@ class ActorManager:
                           name=spec.class_name, hops=entry.hops)
             decisions = self.node.scheduler.submit(req)
         except Exception as exc:
-            self._set_state(entry, "dead", reason=f"it cannot be scheduled: {exc}")
+            self.run(entry, life.Unschedulable(f"it cannot be scheduled: {exc}"))
             return
         self.node.apply(decisions)
 
@@ -138,20 +140,41 @@ class ActorManager:
         if entry is None:
             return
         if entry.remote and sender == entry.remote:  # the hosting node reports; pass it on
-            entry.restarts = msg.restarts
-            if msg.error:
-                entry.error = msg.error
-            self._set_state(entry, msg.state, address=msg.address, reason=msg.reason)
-            return
-        if msg.state == "alive":
-            self._set_state(entry, "alive", address=msg.address)
+            try:
+                state = life.ActorState(msg.state)
+            except ValueError:
+                return
+            self.run(entry, life.HostReported(state, msg.address, msg.reason, msg.restarts,
+                                              msg.error))
+        elif msg.state == "alive":
+            self.run(entry, life.Started(msg.address))
         else:  # __init__ raised: dead for good, and its worker goes too
-            entry.no_restart = True
-            entry.error = msg.error
-            self._set_state(entry, "dead", reason=msg.reason, error=msg.error)
-            self._release(entry)
-            if entry.worker is not None:
-                self.node.pool.kill(entry.worker)
+            self.run(entry, life.InitFailed(msg.reason, msg.error))
+
+    def run(self, entry: ActorEntry, event: life.Event) -> None:
+        """Feed one event to the actor's lifecycle core and carry out what it decides."""
+        for action in entry.life.handle(event):
+            match action:
+                case life.Publish():
+                    entry.restarts = action.restarts
+                    self._set_state(entry, action.state.value, address=action.address,
+                                    reason=action.reason, error=action.error)
+                case life.Schedule():
+                    self._schedule(entry)
+                case life.StopWorker():
+                    if entry.remote:
+                        self.node.loop.send(entry.remote, m.KillActor(
+                            actor_id=entry.spec.actor_id, no_restart=action.no_restart))
+                    elif entry.worker is not None:
+                        self.node.pool.kill(entry.worker)
+                case life.Release():
+                    self._release(entry)
+                case life.Cancel():
+                    self.node.apply(self.node.scheduler.cancel(entry.spec.actor_id))
+                case life.FreeName():
+                    self._drop_name(entry)
+                case _:
+                    assert_never(action)
 
     def _set_state(self, entry: ActorEntry, state: str, *, address: str = "", reason: str = "",
                    error: bytes = b"") -> None:
@@ -186,17 +209,8 @@ class ActorManager:
         entry = self.actors.get(msg.actor_id)
         if entry is None or entry.state == "dead":
             return
-        entry.no_restart = entry.no_restart or msg.no_restart
-        entry.reason = entry.kill_reason = "it was killed by zmesh.kill()"
-        if entry.no_restart:
-            self._drop_name(entry)  # as Ray: the name is free at once, not when the worker ends
-        if entry.remote:
-            self.node.loop.send(entry.remote, msg)
-        elif entry.worker is not None:
-            self.node.pool.kill(entry.worker)
-        else:
-            self._set_state(entry, "dead")
-            self.node.apply(self.node.scheduler.cancel(entry.spec.actor_id))
+        self.run(entry, life.KillRequested("it was killed by zmesh.kill()", msg.no_restart,
+                                           reachable=_reachable(entry)))
 
     def worker_died(self, info: WorkerInfo, reason: str) -> None:
         entry = self.actors.get(info.actor_id)
@@ -204,16 +218,7 @@ class ActorManager:
         if entry is None or entry.state == "dead":
             return
         entry.worker = None
-        self._release(entry)
-        entry.reason = entry.kill_reason or reason
-        entry.kill_reason = ""
-        limit = entry.spec.max_restarts
-        if not entry.no_restart and (limit < 0 or entry.restarts < limit) and not self.node.stopping:
-            entry.restarts += 1
-            self._set_state(entry, "restarting")
-            self._schedule(entry)
-        else:
-            self._set_state(entry, "dead")
+        self.run(entry, life.Lost(reason, here=True, stopping=self.node.stopping))
 
     def owner_died(self, owner: str) -> None:
         """Actors and placement groups die with their owner unless detached."""
@@ -221,15 +226,8 @@ class ActorManager:
             self._remove_pg(bytes.fromhex(group.pg_id))
         for entry in list(self.actors.values()):
             if entry.spec.owner == owner and not entry.spec.detached and entry.state != "dead":
-                entry.no_restart = True
-                entry.reason = entry.kill_reason = "its owner died"
-                if entry.remote:
-                    self.node.loop.send(entry.remote, m.KillActor(actor_id=entry.spec.actor_id, no_restart=True))
-                elif entry.worker is not None:
-                    self.node.pool.kill(entry.worker)
-                else:
-                    self._set_state(entry, "dead")
-                    self.node.apply(self.node.scheduler.cancel(entry.spec.actor_id))
+                self.run(entry, life.KillRequested("its owner died", True,
+                                                   reachable=_reachable(entry)))
             entry.subscribers.discard(owner)
 
     def node_gone(self, node_id: str, address: str, why: str) -> None:
@@ -244,16 +242,9 @@ class ActorManager:
             if entry.remote == address:
                 entry.remote = ""
                 entry.worker = None
-                entry.reason = f"its node {node_id} {why}"
-                limit = entry.spec.max_restarts
-                if not entry.no_restart and (limit < 0 or entry.restarts < limit) and \
-                        not self.node.stopping:
-                    entry.restarts += 1
-                    entry.hops = 0
-                    self._set_state(entry, "restarting")
-                    self._schedule(entry)
-                else:
-                    self._set_state(entry, "dead")
+                entry.hops = 0
+                self.run(entry, life.Lost(f"its node {node_id} {why}", here=False,
+                                          stopping=self.node.stopping))
             elif entry.home == address:
                 # Its home (and owner) went: a detached actor lives on with us as its home.
                 entry.subscribers.discard(address)
@@ -261,15 +252,13 @@ class ActorManager:
                 if entry.spec.detached:
                     self.names.publish_location(entry)  # handles elsewhere follow it here
                 if not entry.spec.detached:
-                    entry.no_restart = True
-                    entry.reason = f"its owner's node {node_id} {why}"
-                    if entry.worker is not None:
-                        self.node.pool.kill(entry.worker)
+                    self.run(entry, life.KillRequested(f"its owner's node {node_id} {why}", True,
+                                                       reachable=entry.worker is not None))
 
     def on_failed(self, d: Failed) -> None:
         entry = self.actors.get(d.work_id)
         if entry is not None:
-            self._set_state(entry, "dead", reason=str(d.error))
+            self.run(entry, life.Unschedulable(str(d.error)))
 
     def owner_of(self, work_id: bytes) -> str | None:
         entry = self.actors.get(work_id)
@@ -347,10 +336,8 @@ class ActorManager:
     def _evict(self, work_id: bytes) -> None:
         entry = self.actors.get(work_id)
         if entry is not None:
-            entry.no_restart = True
-            entry.reason = entry.kill_reason = "its placement group was removed"
-            if entry.worker is not None:
-                self.node.pool.kill(entry.worker)
+            self.run(entry, life.KillRequested("its placement group was removed", True,
+                                               reachable=_reachable(entry)))
             return
         lease = self.node.leases.get(work_id)
         if lease is not None and lease.worker is not None:
@@ -397,3 +384,7 @@ class ActorManager:
                     for e in self.actors.values()}
         raise KeyError(f"unknown query {what!r}")
 
+
+def _reachable(entry: ActorEntry) -> bool:
+    """A worker here, or a hosting node, can be told to stop the actor."""
+    return bool(entry.remote) or entry.worker is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from zmesh.core.actor_lifecycle import Unschedulable
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.node.actor_entries import ActorEntry
 from zmesh.runtime.node.control import actor_key, named_key
@@ -52,10 +53,10 @@ class ActorDirectory:
                 # the node that held the name died with its actor: the name is free again
                 self.node.control.put(key, record, lambda c2: done(c2, True))
             elif c.status == KvStatus.EXISTS:
-                self.actors._set_state(entry, "dead", reason=(
+                self.actors.run(entry, Unschedulable(
                     f"the name {spec.name!r} is already taken in namespace {spec.namespace!r}"))
             else:
-                self.actors._set_state(entry, "dead", reason=(
+                self.actors.run(entry, Unschedulable(
                     f"the name {spec.name!r} could not be registered: {c.status.name}"))
 
         self.node.control.put(key, record, done, if_absent=True)
