@@ -20,6 +20,13 @@ class ArgRef(NamedTuple):
     index: int  # type: ignore[assignment]
 
 
+class SpilledArgs(NamedTuple):
+    """Placeholder for arguments too big to inline: the i-th top-level ref holds
+    (args, kwargs)."""
+
+    index: int  # type: ignore[assignment]
+
+
 def pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]
               ) -> tuple[bytes, list[ObjectRef], list[ObjectRef]]:
     """(packed data, top-level refs, refs nested inside values)."""
@@ -37,11 +44,12 @@ def pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]
     k = {key: swap(v) for key, v in kwargs.items()} if kwargs else {}
     s, nested = values.serialize((a, k))
     if s.nbytes > values.INLINE_LIMIT:
-        # too big to travel in the message: put each argument in the store, pass refs
-        client = context.current_client()
-        a = tuple(v if type(v) is ArgRef else swap(client.put(v)) for v in a)
-        k = {key: v if type(v) is ArgRef else swap(client.put(v)) for key, v in k.items()}
-        s, nested = values.serialize((a, k))
+        # too big to travel in the message (a large value, or a huge argument list): the
+        # whole (args, kwargs) goes to the store as one object, passed as one more top ref
+        whole = context.current_client().put((a, k))
+        spilled = SpilledArgs(len(top))
+        top.append(whole)
+        s, nested = values.serialize(((spilled,), {}))
     return values.pack(s), top, nested
 
 
@@ -53,11 +61,21 @@ def unpack_args(packed: Args, read: values.Reader | None
     with context.RefCollector() as collected:
         raw = registry.deserialize(values.unpack(packed.data), trusted=True)
     a, k = raw
+    refs = collected.refs
     if packed.refs:
-        resolved = [_value(v, read) for v in packed.refs]
+        spilled = a[0].index if len(a) == 1 and not k and type(a[0]) is SpilledArgs else -1
+        resolved: list[Any] = []
+        for i, v in enumerate(packed.refs):
+            if i == spilled:  # the arguments themselves: refs inside are the task's too
+                with context.RefCollector() as inner:
+                    a, k = _value(v, read)
+                refs = refs + inner.refs
+                resolved.append(None)
+            else:
+                resolved.append(_value(v, read))
         a = tuple(resolved[v.index] if type(v) is ArgRef else v for v in a)
         k = {key: resolved[v.index] if type(v) is ArgRef else v for key, v in k.items()}
-    return a, k, collected.refs
+    return a, k, refs
 
 
 def _value(v: Value, read: values.Reader | None) -> Any:
