@@ -6,7 +6,6 @@ import gc
 import sys
 
 import numpy as np
-import pytest
 
 
 def test_ref_nested_in_a_return_value_stays_alive_with_the_outer_value(ray):
