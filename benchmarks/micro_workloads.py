@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from micro_everyday import EVERYDAY
 
 NUM_CPUS = 2
 REPEATS = 3
@@ -368,4 +369,7 @@ INPROC: dict[str, tuple[Callable[[Any, Cfg], Results], list[str]]] = {
     "wait_1000": (w_wait_1000, ["wait_1000"]),
     "actor_create": (w_actor_create, ["actor_create"]),
     "pg_create_remove": (w_pg_create_remove, ["pg_create_remove"]),
+    # beyond the anchor: the everyday APIs (streaming generators, ActorPool, Queue); Ray's
+    # side runs with `python benchmarks/micro_everyday.py --backend ray`
+    **EVERYDAY,
 }

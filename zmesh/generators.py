@@ -78,18 +78,20 @@ class _Stream:
         self.waiters: list[Future[None]] = []
 
     # -- loop thread -----------------------------------------------------------------------
-    def add(self, index: int, value: m.Value, worker: str) -> None:
+    def add(self, start: int, values_: list[m.Value], worker: str) -> None:
+        """Items start, start + 1, ... arrived (loop thread)."""
         client = self.client
-        oid = IdGen.object_id(self.task_id, index + 1)
         with self.cond:
             if worker:
                 self.worker = worker
-            if index < self.next or index in self.items:
-                _free_copy(client, oid, value)  # a retried task's repeat
-                return
-            ref = ObjectRef(oid, client.address, client)
-            client.objects.set_value(oid, value)
-            self.items[index] = ref
+            for index, value in enumerate(values_, start):
+                oid = IdGen.object_id(self.task_id, index + 1)
+                if index < self.next or index in self.items:
+                    _free_copy(client, oid, value)  # a retried task's repeat
+                    continue
+                ref = ObjectRef(oid, client.address, client)
+                client.objects.set_value(oid, value)
+                self.items[index] = ref
         self._wake()
 
     def end(self, value: m.Value) -> None:
@@ -292,16 +294,21 @@ def _registry(client: Any) -> dict[bytes, _Stream]:
             reg = _registries.get(client)
             if reg is None:
                 reg = _registries[client] = {}
-                client.loop.on(m.GeneratorItem, lambda s, msg, b: _on_item(client, s, msg))
+                client.loop.on(m.GeneratorItem, lambda s, msg, b: _on_items(
+                    client, s, msg.task_id, msg.index, [msg.value], msg.worker))
+                client.loop.on(m.GeneratorItems, lambda s, msg, b: _on_items(
+                    client, s, msg.task_id, msg.start, msg.values, msg.worker))
     return reg
 
 
-def _on_item(client: Any, sender: str, msg: m.GeneratorItem) -> None:
-    stream = _registry(client).get(msg.task_id)
-    if stream is None:  # the generator was dropped: free what the item stored
-        _free_copy(client, IdGen.object_id(msg.task_id, msg.index + 1), msg.value)
+def _on_items(client: Any, sender: str, task_id: bytes, start: int, values_: list[m.Value],
+              worker: str) -> None:
+    stream = _registry(client).get(task_id)
+    if stream is None:  # the generator was dropped: free what the items stored
+        for index, value in enumerate(values_, start):
+            _free_copy(client, IdGen.object_id(task_id, index + 1), value)
         return
-    stream.add(msg.index, msg.value, msg.worker or sender)
+    stream.add(start, values_, worker or sender)
 
 
 def _free_copy(client: Any, oid: bytes, value: m.Value) -> None:

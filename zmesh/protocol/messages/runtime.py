@@ -422,6 +422,16 @@ class GeneratorItem(Message, tag=77):
     worker: str = ""
 
 
+class GeneratorItems(Message, tag=79):
+    """Items `start`, `start + 1`, ... of a streaming generator, sent together when the
+    generator yields faster than one message per item is worth."""
+
+    task_id: bytes
+    start: int
+    values: list[Value]
+    worker: str = ""
+
+
 class GeneratorAck(Message, tag=78):
     """The owner has consumed this many items of a generator (for backpressure)."""
 

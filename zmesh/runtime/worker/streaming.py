@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -81,8 +82,18 @@ def _on_ack(sender: str, msg: m.GeneratorAck, bufs: list[Any]) -> None:
         pace.ack(msg.consumed)
 
 
+BATCH_ITEMS = 64  # at most this many items in one message
+BATCH_DELAY_S = 0.002  # an item waits at most this long for others to share its message
+
+
 class _Sender:
-    """Encodes and sends the items of one generator."""
+    """Encodes and sends the items of one generator.
+
+    An item made more than BATCH_DELAY_S after the last send goes at once (a slow generator's
+    items arrive as they are made); items that follow quickly share a message, flushed when
+    BATCH_ITEMS are waiting, by a timer after BATCH_DELAY_S, before backpressure blocks, and
+    at the end.
+    """
 
     def __init__(self, client: Any, task_id: bytes, owner: str,
                  shield: Callable[[], AbstractContextManager[None]] | None = None) -> None:
@@ -90,27 +101,69 @@ class _Sender:
         self.client = client
         self.task_id = task_id
         self.owner = owner
-        self.count = 0
+        self.count = 0  # items handed to the buffer
+        self._lock = threading.Lock()
+        self._buffer: list[m.Value] = []
+        self._start = 0  # index of the buffer's first item
+        self._last_send = 0.0
+        self._timer = False
 
     def item(self, obj: Any) -> None:
         with self.shield():
-            self._item(obj)
-
-    def _item(self, obj: Any) -> None:
-        value, nested = self.client.encode(obj, IdGen.object_id(self.task_id, self.count + 1))
-        if nested:  # the owner may hand these refs on: keep them for whoever receives them
-            self.client.objects.mark_escaped([r.id for r in nested])
-        self.client.send_direct(self.owner, m.GeneratorItem(
-            task_id=self.task_id, index=self.count, value=value, worker=self.client.address))
-        self.count += 1
+            value, nested = self.client.encode(obj, IdGen.object_id(self.task_id,
+                                                                    self.count + 1))
+            if nested:  # the owner may hand these refs on: keep them for whoever receives them
+                self.client.objects.mark_escaped([r.id for r in nested])
+            self._add(value)
 
     def value(self, value: m.Value) -> None:
         """The last item: the error that ended the generator."""
-        self.client.send_direct(self.owner, m.GeneratorItem(
-            task_id=self.task_id, index=self.count, value=value, worker=self.client.address))
-        self.count += 1
+        self._add(value)
+        self.flush()
+
+    def _add(self, value: m.Value) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if not self._buffer:
+                self._start = self.count
+            self._buffer.append(value)
+            self.count += 1
+            full = len(self._buffer) >= BATCH_ITEMS
+            stale = now - self._last_send >= BATCH_DELAY_S
+            arm = not (full or stale or self._timer)
+            if arm:
+                self._timer = True
+        if full or stale:
+            self.flush()
+        elif arm:
+            loop = self.client.loop
+            loop.call_soon(loop.call_later, BATCH_DELAY_S, self._on_timer)
+
+    def _on_timer(self) -> None:  # loop thread
+        with self._lock:
+            self._timer = False
+        self.flush(on_loop=True)
+
+    def flush(self, on_loop: bool = False) -> None:
+        with self._lock:
+            values, self._buffer = self._buffer, []
+            start = self._start
+            self._last_send = time.monotonic()
+        if not values:
+            return
+        if len(values) == 1:
+            msg: Any = m.GeneratorItem(task_id=self.task_id, index=start, value=values[0],
+                                       worker=self.client.address)
+        else:
+            msg = m.GeneratorItems(task_id=self.task_id, start=start, values=values,
+                                   worker=self.client.address)
+        if on_loop:
+            self.client.loop.send(self.owner, msg)
+        else:
+            self.client.send_direct(self.owner, msg)
 
     def result(self, mode: int) -> list[m.Value]:
+        self.flush()
         obj: Any = self.count
         if mode == DYNAMIC:
             obj = DynamicItems(self.task_id, self.owner, self.count)
@@ -134,7 +187,9 @@ def run(client: Any, task_id: bytes, gen: Any, mode: int, owner: str, backpressu
                             f"got {type(gen).__name__}")
         for item in gen:
             sender.item(item)
-            if pace is not None:
+            if pace is not None and sender.count - pace.consumed >= backpressure:
+                with sender.shield():
+                    sender.flush()  # the owner can only consume what it has
                 pace.wait_room(sender.count, backpressure)
     except BaseException as exc:  # noqa: BLE001 - user code may raise anything
         sender.value(error_of(exc))
@@ -152,7 +207,8 @@ async def run_async(client: Any, task_id: bytes, agen: Any, mode: int, owner: st
     try:
         async for item in agen:
             sender.item(item)
-            if pace is not None:
+            if pace is not None and sender.count - pace.consumed >= backpressure:
+                sender.flush()
                 await pace.wait_room_async(sender.count, backpressure)
     except BaseException as exc:  # noqa: BLE001 - user code may raise anything
         sender.value(error_of(exc))
