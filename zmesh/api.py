@@ -232,6 +232,8 @@ def _make_remote(obj: Any, options: dict[str, Any]) -> Any:
 def get(refs: Any, *, timeout: float | None = None) -> Any:
     """The value(s) of a ref or list of refs; raises the task's error or GetTimeoutError."""
     client = context.current_client()
+    if client.current_actor_id and not _warned_async_get:
+        _warn_if_blocking_the_event_loop()
     if isinstance(refs, ObjectRef):
         return client.get([refs], timeout)[0]
     if isinstance(refs, list | tuple):
@@ -247,6 +249,26 @@ def get(refs: Any, *, timeout: float | None = None) -> Any:
     # Ray's type and words: anything but a ref or a list of refs is a ValueError
     raise ValueError(f"Invalid type of object refs, {type(refs)}, is given. 'object_refs' must "
                      "either be an ObjectRef or a list of ObjectRefs.")
+
+
+_warned_async_get = False
+
+
+def _warn_if_blocking_the_event_loop() -> None:
+    """Ray's warning, once per process, for a blocking get on an async actor's event loop."""
+    global _warned_async_get
+    import sys
+
+    aio = sys.modules.get("asyncio")
+    if aio is None or aio.events._get_running_loop() is None:
+        return
+    _warned_async_get = True
+    import logging
+
+    logging.getLogger("zmesh").warning(
+        "Using blocking zmesh.get inside async actor method. This blocks the event loop. "
+        "Please use `await` on object ref with asyncio.gather if you want to yield execution "
+        "to the event loop instead.")
 
 
 def put(value: Any) -> ObjectRef:
