@@ -103,8 +103,6 @@ def run_node(args: argparse.Namespace) -> int:
     argv += ["--token-file", args.token_file] if args.token_file else []
     dashboard = None
     if args.dashboard_port:
-        from zmesh.runtime.ops_cli import start_dashboard_child
-
         dashboard, url = start_dashboard_child(session_dir, args.host, args.dashboard_port)
         print(f"  dashboard:        {url}", flush=True)
     try:
@@ -330,3 +328,18 @@ def run_stop(args: argparse.Namespace) -> int:
 
 
 MESH_COMMANDS = [add_node_command, add_status_command, add_list_command, add_stop_command]
+
+
+def start_dashboard_child(session_dir: str, host: str, port: int) -> tuple[Any, str]:
+    """For `zmesh node --dashboard-port`: the dashboard process of this node, and its URL."""
+    import os
+    import secrets
+    import subprocess
+
+    token = secrets.token_urlsafe(24)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmesh", "dashboard", "--session-dir", session_dir,
+         "--host", host, "--port", str(port), "--parent-pid", str(os.getpid())],
+        env={**os.environ, "ZMESH_DASHBOARD_TOKEN": token}, stdout=subprocess.DEVNULL)
+    shown = f"[{host}]" if ":" in host else host
+    return proc, f"http://{shown}:{port}/?token={token}"

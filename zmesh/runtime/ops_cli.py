@@ -254,20 +254,5 @@ def _exit_with(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="zmesh-parent-watch").start()
 
 
-def start_dashboard_child(session_dir: str, host: str, port: int) -> tuple[Any, str]:
-    """For `zmesh node --dashboard-port`: the dashboard process of this node, and its URL."""
-    import os
-    import secrets
-    import subprocess
-
-    token = secrets.token_urlsafe(24)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zmesh", "dashboard", "--session-dir", session_dir,
-         "--host", host, "--port", str(port), "--parent-pid", str(os.getpid())],
-        env={**os.environ, "ZMESH_DASHBOARD_TOKEN": token}, stdout=subprocess.DEVNULL)
-    shown = f"[{host}]" if ":" in host else host
-    return proc, f"http://{shown}:{port}/?token={token}"
-
-
 OPS_COMMANDS = [add_timeline_command, add_logs_command, add_memory_command,
                 add_dashboard_command]
