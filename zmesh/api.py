@@ -81,6 +81,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 stop_node(proc, session_dir or "")
             raise
         context.set_client(client)
+        if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
+            from zmesh import runtime_env as renv
+
+            # the job's code: put once, shipped to every task and actor of this driver
+            client.default_env.update(renv.env_vars(client, runtime_env))
         _started.append((session_dir or "", info.node_id))
         _state.update(proc=proc, session_dir=session_dir, owns_session=proc is not None,
                       info={"node_id": info.node_id, "address": node_address,

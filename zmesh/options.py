@@ -35,9 +35,9 @@ def check_options(opts: dict[str, Any], allowed: set[str], what: str) -> dict[st
     if env is not None:
         if not isinstance(env, dict):
             raise TypeError(f"runtime_env must be a dict, got {type(env).__name__}")
-        unknown = set(env) - {"env_vars"}
-        if unknown:
-            raise ValueError(f"runtime_env supports only 'env_vars' here, got {sorted(unknown)}")
+        from zmesh import runtime_env
+
+        runtime_env.check(env)
         for k, v in (env.get("env_vars") or {}).items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise TypeError(f"runtime_env env_vars must map str to str, got {k!r}: {v!r}")
@@ -115,7 +115,13 @@ def labels_of(opts: dict[str, Any]) -> dict[str, str]:
 
 def env_vars_of(opts: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
     env = dict(base)
-    env.update((opts.get("runtime_env") or {}).get("env_vars") or {})
+    renv = opts.get("runtime_env") or {}
+    env.update(renv.get("env_vars") or {})
+    if renv.get("working_dir") or renv.get("py_modules"):
+        from zmesh import runtime_env
+        from zmesh.runtime import context
+
+        env.update(runtime_env.env_vars(context.current_client(), renv))
     return env
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from zmesh import runtime_env
 from zmesh.core.mailbox import Mailbox
 from zmesh.errors import ActorExit, TaskCancelledError, TaskInterrupt
 from zmesh.protocol.messages import runtime as m
@@ -160,7 +161,10 @@ class Executor:
         client.namespace = msg.namespace or "default"
         self.running = msg.task_id
         refs: list[Any] = []
+        code_env = None
         try:
+            if runtime_env.ENV_KEY in msg.env_vars:
+                code_env = runtime_env.enter(client, msg.env_vars)
             fn = self._function(msg.fn_id, msg.fn_blob)
             packed = self._resolve_pending(msg) if msg.ref_ids else msg.args
             args, kwargs, refs = unpack_args(packed, client.read)
@@ -179,6 +183,7 @@ class Executor:
             self.running = b""
             returns = [_error(msg.name, exc, self.pid)] * n
         finally:
+            runtime_env.leave(code_env)
             _restore_env(saved_env)
             client.current_task_id = b""
             client.current_placement_group, client.inherited_strategy = None, b""
@@ -256,6 +261,8 @@ class Executor:
         _apply_env(spec.env_vars)
         logs.set_prefix(f"({spec.class_name} pid={self.pid})")
         try:
+            if runtime_env.ENV_KEY in spec.env_vars:  # for the actor's life: never left
+                runtime_env.enter(client, spec.env_vars)
             cls = self._function(spec.fn_id, spec.fn_blob)
             client.current_actor_class = cls
             args, kwargs, _ = unpack_args(spec.args, client.read)
