@@ -573,7 +573,10 @@ class Node:
         if what == "pending":
             return [{"name": p.name, "kind": p.kind, "reason": p.reason,
                      "infeasible": p.infeasible} for p in self.scheduler.pending()]
-        if what == "block" and self.testing:  # fault injection: cut links to these nodes
+        if what == "block":  # fault injection: cut the links to these nodes (both ways)
+            if not self.testing:
+                raise PermissionError("fault-injection hooks exist only in nodes started for "
+                                      "tests (zmesh.testing.Cluster)")
             self.loop.blocked = frozenset(msgspec.msgpack.decode(arg))
             return sorted(self.loop.blocked)
         if what == "leases":
@@ -678,7 +681,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *x: node.loop.call_soon(node.stop, "SIGTERM"))
     signal.signal(signal.SIGINT, lambda *x: node.loop.call_soon(node.stop, "SIGINT"))
     info_path = os.path.join(a.session_dir, "node.json")
-    with open(info_path, "w") as f:
+    with open(os.open(info_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump({"pid": os.getpid(), "node_id": node.node_id, "address": node.mesh_address,
                    "ipc": node.address, "standalone": a.announce}, f)
     if not a.announce:  # the launcher or test cluster that started us reads this line
