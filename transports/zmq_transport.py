@@ -20,7 +20,6 @@ import errno
 import itertools
 import math
 import os
-import socket
 import stat
 import threading
 import time
@@ -32,9 +31,9 @@ import zmq
 
 from zmesh.errors import TransportError
 from zmesh.security.keys import ClusterCredentials, process_credentials
-from zmesh.security.zap import ZapGate
 
 from .base import Buffer, Endpoint, frame_nbytes
+from .zmq_context import curve_client, ipc_socket_in_use, shared_context
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -63,61 +62,6 @@ _recv: Callable[..., Any] = zmq.backend.Socket.recv
 _setsockopt: Callable[..., Any] = zmq.backend.Socket.set
 
 
-def ipc_socket_in_use(path: str) -> bool:
-    """True when a process accepts connections on the unix socket at `path`."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
-
-
-class _SharedContext:
-    """One zmq Context per process, alive while at least one endpoint holds it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._gate: ZapGate | None = None
-        self._users = 0
-        self._pid = 0
-
-    def acquire(self) -> zmq.Context[zmq.Socket[bytes]]:
-        with self._lock:
-            if self._context is None or self._pid != os.getpid():
-                # After fork the parent's context is unusable; start afresh in the child.
-                self._context = zmq.Context()
-                self._gate = None  # the parent's ZAP thread does not exist in a child
-                self._users = 0
-                self._pid = os.getpid()
-            self._users += 1
-            return self._context
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users > 0 or self._context is None:
-                return
-            context, self._context = self._context, None
-            gate, self._gate = self._gate, None
-        if gate is not None:
-            gate.stop()
-        context.term()
-
-    def gate(self) -> ZapGate:
-        """The ZAP handler of the shared context (started on first use)."""
-        with self._lock:
-            if self._context is None:
-                raise TransportError("the zmq context is closed")
-            if self._gate is None:
-                self._gate = ZapGate(self._context)
-            return self._gate
-
-
-_shared_context = _SharedContext()
 _wake_ids = itertools.count()
 # Thread senders present the endpoint's address plus this mark and a number; receivers
 # strip it, so a reply still goes to the endpoint's address.
@@ -182,7 +126,7 @@ class ZmqEndpoint(Endpoint):
         self._extra_ipc_paths: list[str] = []
         # Reentrant: a finalizer run by the garbage collector inside wake() may wake again.
         self._wake_lock = threading.RLock()
-        self._context = _shared_context.acquire()
+        self._context = shared_context.acquire()
         try:
             self._router = self._bind_router(address, max_frame_size, rcvhwm)
             self.address = advertise if advertise is not None else self._bound_address(address)
@@ -236,7 +180,7 @@ class ZmqEndpoint(Endpoint):
             self._check_ipc_path(address[len("ipc://") :])
         creds = self.credentials if address.startswith("tcp://") else None
         if creds is not None:
-            router.zap_domain = _shared_context.gate().admit(creds).encode()
+            router.zap_domain = shared_context.gate().admit(creds).encode()
             router.curve_server = True
             router.curve_secretkey = creds.curve_secret
         else:
@@ -435,7 +379,7 @@ class ZmqEndpoint(Endpoint):
             dealer.linger = self._linger_ms
             dealer.sndhwm = self._sndhwm
             dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
-            _curve_client(dealer, to, self.credentials)
+            curve_client(dealer, to, self.credentials)
             dealer.connect(to)
         except zmq.ZMQError as exc:
             dealer.close(linger=0)
@@ -501,7 +445,7 @@ class ZmqEndpoint(Endpoint):
             router.close()
         context, self._context = self._context, None  # type: ignore[assignment]
         if context is not None:
-            _shared_context.release()
+            shared_context.release()
         # libzmq unlinks the file it bound, but from its I/O thread; make sure it is gone.
         paths = [self._ipc_path] if self._ipc_path is not None else []
         for path in paths + getattr(self, "_extra_ipc_paths", []):
@@ -515,16 +459,6 @@ class ZmqEndpoint(Endpoint):
         if self._closed or exc.errno == errno.ENOTSOCK:
             return TransportError(f"endpoint {self.address!r} is closed; cannot {operation}")
         return TransportError(f"{operation} on {self.address!r} failed: {exc}")
-
-
-def _curve_client(
-    dealer: zmq.Socket[bytes], to: str, credentials: ClusterCredentials | None
-) -> None:
-    """Make `dealer` a CURVE client of the mesh when it goes to a tcp peer."""
-    if credentials is not None and to.startswith("tcp://"):
-        dealer.curve_publickey = credentials.curve_public
-        dealer.curve_secretkey = credentials.curve_secret
-        dealer.curve_serverkey = credentials.curve_public
 
 
 def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
@@ -553,11 +487,13 @@ class ZmqThreadSender:
             dealer.sndhwm = ep._sndhwm
             dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
             try:
-                _curve_client(dealer, to, ep.credentials)
+                curve_client(dealer, to, ep.credentials)
                 dealer.connect(to)
             except zmq.ZMQError as exc:
                 dealer.close(linger=0)
                 raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
+            if len(self._peers) >= ep._max_peers:  # bounded like the endpoint's, oldest first
+                self._peers.pop(next(iter(self._peers))).close()
             self._peers[to] = dealer
         try:
             last = len(frames) - 1

@@ -39,9 +39,9 @@ def handshake(address: str, credentials: ClusterCredentials | None, *, role: str
     with/without authentication where we are the other way round), HandshakeError for a
     protocol version mismatch, ZmeshError when nothing answers within `timeout` seconds.
     """
-    from zmesh.transports.zmq_transport import _shared_context  # the process's one Context
+    from zmesh.transports.zmq_context import shared_context
 
-    context = _shared_context.acquire()
+    context = shared_context.acquire()
     ident = f"{PROBE_PREFIX}{secrets.token_hex(8)}"
     dealer = context.socket(zmq.DEALER)
     monitor: zmq.Socket[bytes] | None = None
@@ -67,7 +67,7 @@ def handshake(address: str, credentials: ClusterCredentials | None, *, role: str
             dealer.disable_monitor()
             monitor.close(linger=0)
         dealer.close(linger=0)
-        _shared_context.release()
+        shared_context.release()
 
 
 def _await_welcome(address: str, dealer: zmq.Socket[bytes], monitor: zmq.Socket[bytes],

@@ -263,6 +263,8 @@ class Node:
         self.actors.owner_died(address)
         self._store_call(self.store.release_client, address)
         self.objects.owner_gone(address)
+        # Its socket is gone: close our connection to it, so fds stay bounded.
+        self.loop.call_soon(self._disconnect, address)
 
     def _stop_lease_worker(self, lease: LeaseInfo) -> None:
         """The lease's owner died: its worker may be running or holding queued tasks of that
@@ -485,6 +487,12 @@ class Node:
                                     if "signal" in reason else f"its worker (pid={pid}) {reason}")
         if not self.stopping and len(self.idle) < 1:
             self._prestart()
+
+    def _disconnect(self, address: str) -> None:
+        try:
+            self.endpoint.disconnect(address)
+        except TransportError:
+            pass
 
     # -- objects ---------------------------------------------------------------------------
     def _store_call(self, fn: Any, *args: Any) -> Any:

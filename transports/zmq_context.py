@@ -1,0 +1,88 @@
+"""The process's one zmq Context, its ZAP handler, and CURVE set-up for outbound sockets.
+
+All zmq endpoints of a process share one Context (inproc needs that), reference-counted so
+that closing the last endpoint stops the ZAP handler and terminates the Context and its I/O
+threads; after a fork the child starts afresh.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import zmq
+
+from zmesh.errors import TransportError
+from zmesh.security.keys import ClusterCredentials
+from zmesh.security.zap import ZapGate
+
+__all__ = ["curve_client", "ipc_socket_in_use", "shared_context"]
+
+
+def ipc_socket_in_use(path: str) -> bool:
+    """True when a process accepts connections on the unix socket at `path`."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+class _SharedContext:
+    """One zmq Context per process, alive while at least one endpoint holds it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._gate: ZapGate | None = None
+        self._users = 0
+        self._pid = 0
+
+    def acquire(self) -> zmq.Context[zmq.Socket[bytes]]:
+        with self._lock:
+            if self._context is None or self._pid != os.getpid():
+                # After fork the parent's context is unusable; start afresh in the child.
+                self._context = zmq.Context()
+                self._gate = None  # the parent's ZAP thread does not exist in a child
+                self._users = 0
+                self._pid = os.getpid()
+            self._users += 1
+            return self._context
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or self._context is None:
+                return
+            context, self._context = self._context, None
+            gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.stop()
+        context.term()
+
+    def gate(self) -> ZapGate:
+        """The ZAP handler of the shared context (started on first use)."""
+        with self._lock:
+            if self._context is None:
+                raise TransportError("the zmq context is closed")
+            if self._gate is None:
+                self._gate = ZapGate(self._context)
+            return self._gate
+
+
+shared_context = _SharedContext()
+"""The process-wide Context that every zmq endpoint and probe uses."""
+
+
+def curve_client(
+    dealer: zmq.Socket[bytes], to: str, credentials: ClusterCredentials | None
+) -> None:
+    """Make `dealer` a CURVE client of the mesh when it goes to a tcp peer."""
+    if credentials is not None and to.startswith("tcp://"):
+        dealer.curve_publickey = credentials.curve_public
+        dealer.curve_secretkey = credentials.curve_secret
+        dealer.curve_serverkey = credentials.curve_public
