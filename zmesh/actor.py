@@ -25,14 +25,22 @@ from zmesh.runtime.strategies import encode_strategy
 
 
 def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None,
-           **_ignored: Any) -> Any:
+           tensor_transport: str | None = None, **_ignored: Any) -> Any:
     """Decorate an actor method with options, as Ray's `@ray.method(num_returns=2)`;
-    `num_returns="streaming"` (a generator's default) or `"dynamic"` for generators, and
-    `concurrency_group` to run it in one of the class's concurrency groups."""
+    `num_returns="streaming"` (a generator's default) or `"dynamic"` for generators,
+    `concurrency_group` to run it in one of the class's concurrency groups, and
+    `tensor_transport="gloo"|"nccl"` to keep returned tensors in the actor and move them
+    to consumers over torch.distributed (see zmesh.tensor_transport)."""
     if num_returns is not None:
         wire_num_returns(num_returns, None)  # validate now
+    if tensor_transport is not None and tensor_transport not in ("gloo", "nccl"):
+        raise ValueError(f"tensor_transport must be 'gloo' or 'nccl', got {tensor_transport!r}")
 
     def wrap(fn: Any) -> Any:
+        if tensor_transport is not None:
+            from zmesh.tensor_transport.method import with_tensor_transport
+
+            fn = with_tensor_transport(fn, tensor_transport)
         if num_returns is not None:
             fn.__zmesh_num_returns__ = num_returns
         if concurrency_group is not None:

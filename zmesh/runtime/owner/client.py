@@ -78,6 +78,8 @@ class CoreClient:
         self.address = self.endpoint.address
         self.loop = loop if loop is not None else EventLoop(self.endpoint, kind)
         self.objects = ObjectTable(self.address, self.loop.call_soon, self._on_free)
+        # object id -> what to run when it is freed (the tensor transport's anchors)
+        self.free_hooks: dict[bytes, Callable[[], None]] = {}
         self.tasks = TaskSubmitter(self)
         self.actors = ActorCaller(self)
         self.mapper: StoreMapper | None = None
@@ -459,6 +461,9 @@ class CoreClient:
         self.owner_probe.feed(OwnerNodeDied(msg.address, prefix or "", why))
 
     def _on_free(self, object_id: bytes, entry: ObjectEntry) -> None:
+        hook = self.free_hooks.pop(object_id, None)
+        if hook is not None:
+            hook()
         if not entry.owned:
             # the owner ignores a borrower it never registered, so this is always safe
             self.loop.send(entry.owner, m.RemoveBorrowers(object_ids=[object_id],

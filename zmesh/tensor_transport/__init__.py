@@ -1,0 +1,22 @@
+"""The tensor transport: actor methods whose returned tensors stay in the producer and move
+producer -> consumer over torch.distributed, never through pickling or the object store.
+
+    @zmesh.remote
+    class Trainer:
+        @zmesh.method(tensor_transport="gloo")      # "nccl" for CUDA tensors
+        def weights(self):
+            return {"w": self.w}
+
+    ref = trainer.weights.remote()       # a ref to a small descriptor
+    rollout.load.remote(ref)              # rollout receives the tensors from trainer directly
+    zmesh.get(ref)                        # the driver gets a host copy
+
+Any holder may pass the ref on; the producer frees the tensors when the last ref is gone;
+a consumer whose producer died gets TensorTransportError. Works for threaded and async
+actors (the producer serves transfers on its own threads).
+"""
+
+from zmesh.tensor_transport.types import TensorTransportError
+from zmesh.tensor_transport.value import Transported, keep, kept_count
+
+__all__ = ["TensorTransportError", "Transported", "keep", "kept_count"]

@@ -1,0 +1,113 @@
+"""What a `tensor_transport` method's ref holds: a small descriptor, never the tensors.
+
+The producer keeps the tensors (`KEPT`) and returns a `Transported` value: the result with
+each tensor replaced by a placeholder, the tensors' shapes and dtypes, the producer's inbox
+and an anchor ref the producer owns. Pickled, it is a few hundred bytes in the object store;
+unpickled anywhere (an actor that takes the ref as an argument, the driver's `get`), it
+fetches the tensors from the producer over torch.distributed and rebuilds the result. The
+anchor travels inside every copy, so zmesh's reference counting tells the producer when the
+last ref is gone: then it drops the tensors.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from zmesh.tensor_transport import producer
+from zmesh.tensor_transport.types import BACKENDS
+
+
+class _Slot:
+    """Where the i-th tensor goes back in the rebuilt result."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> Any:
+        return (_Slot, (self.index,))
+
+
+def _split(value: Any, tensors: list[Any]) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensors.append(value.detach())
+        return _Slot(len(tensors) - 1)
+    if isinstance(value, list | tuple):
+        items = [_split(v, tensors) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {k: _split(v, tensors) for k, v in value.items()}
+    return value
+
+
+def _join(skeleton: Any, tensors: list[Any]) -> Any:
+    if isinstance(skeleton, _Slot):
+        return tensors[skeleton.index]
+    if isinstance(skeleton, list | tuple):
+        items = [_join(v, tensors) for v in skeleton]
+        return items if isinstance(skeleton, list) else tuple(items)
+    if isinstance(skeleton, dict):
+        return {k: _join(v, tensors) for k, v in skeleton.items()}
+    return skeleton
+
+
+class Transported:
+    """The value a tensor-transport method returns, as its ref carries it."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def __reduce__(self) -> Any:
+        return (_materialize, (self.state,))
+
+
+def keep(result: Any, backend: str, producer_name: str) -> Transported:
+    """Keep the tensors of `result` here and return the descriptor that stands for it."""
+    if backend not in BACKENDS:
+        raise ValueError(f"tensor_transport must be one of {BACKENDS}, got {backend!r}")
+    from zmesh.api import put
+    from zmesh.runtime import context
+
+    tensors: list[Any] = []
+    skeleton = _split(result, tensors)
+    key = uuid.uuid4().hex
+    producer.KEPT.keep(key, tensors)
+    anchor = put(key)  # owned here: freed when the last copy of the descriptor is gone
+    context.current_client().free_hooks[anchor.id] = lambda: producer.KEPT.drop(key)
+    return Transported({
+        "inbox": producer.KEPT.inbox(backend), "token": producer.PROCESS_TOKEN,
+        "backend": backend, "key": key, "anchor": anchor, "skeleton": skeleton,
+        "metas": [(list(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors],
+        "devices": [t.device.type for t in tensors], "producer": producer_name})
+
+
+def _materialize(state: dict[str, Any]) -> Any:
+    """Rebuild the result here: local tensors in the producer, fetched ones elsewhere."""
+    from zmesh.tensor_transport.consumer import fetch
+
+    if state["token"] == producer.PROCESS_TOKEN:
+        tensors = producer.KEPT.get(state["key"])
+        if tensors is not None:
+            return _join(state["skeleton"], tensors)
+    device = _device_here(state["backend"])
+    tensors = fetch(state["inbox"], state["backend"], state["key"], state["metas"], device,
+                    state["producer"])
+    return _join(state["skeleton"], tensors)
+
+
+def _device_here(backend: str) -> str:
+    """Where received tensors go: the current CUDA device for nccl, host memory otherwise
+    (the driver's `get` always lands on the host for gloo)."""
+    if backend == "nccl":
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
+def kept_count() -> int:
+    """How many results this process keeps for tensor-transport refs (for tests and tools)."""
+    return producer.KEPT.count()
