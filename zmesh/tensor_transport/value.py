@@ -67,15 +67,15 @@ def keep(result: Any, backend: str, producer_name: str) -> Transported:
     """Keep the tensors of `result` here and return the descriptor that stands for it."""
     if backend not in BACKENDS:
         raise ValueError(f"tensor_transport must be one of {BACKENDS}, got {backend!r}")
-    from zmesh.api import put
     from zmesh.runtime import context
 
     tensors: list[Any] = []
     skeleton = _split(result, tensors)
     key = uuid.uuid4().hex
     producer.KEPT.keep(key, tensors)
-    anchor = put(key)  # owned here: freed when the last copy of the descriptor is gone
-    context.current_client().free_hooks[anchor.id] = lambda: producer.KEPT.drop(key)
+    client = context.current_client()
+    anchor = client.put(key)  # owned here: freed when the last copy of the descriptor is gone
+    client.free_hooks[anchor.id] = lambda: producer.KEPT.drop(key)
     return Transported({
         "inbox": producer.KEPT.inbox(backend), "token": producer.PROCESS_TOKEN,
         "backend": backend, "key": key, "anchor": anchor, "skeleton": skeleton,
