@@ -81,14 +81,12 @@ def _zip(path: str, keep_dir_name: bool) -> bytes:
 
 def _package(client: Any, path: str, keep_dir_name: bool) -> list[str]:
     """[hash, object id hex, owner] of the zip of `path`, put once per content."""
-    from zmesh.api import put
-
     data = _zip(path, keep_dir_name)
     digest = hashlib.sha1(data).hexdigest()
     with _lock:
         ref = _packages.get(digest)
         if ref is None or ref._client is not client:
-            ref = _packages[digest] = put(data)
+            ref = _packages[digest] = client.put(data)
     return [digest, ref.id.hex(), ref.owner]
 
 
