@@ -7,6 +7,7 @@ import inspect
 from typing import Any
 
 from zmesh.generators import backpressure_of, returned, wire_num_returns
+from zmesh.object_ref import ObjectRef
 from zmesh.options import (
     ACTOR_OPTIONS,
     actor_resources,
@@ -20,7 +21,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import _Exported, args_checker
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
-from zmesh.runtime.ids import random_id
+from zmesh.runtime.ids import actor_life_id, random_id
 from zmesh.runtime.strategies import encode_strategy
 
 
@@ -176,8 +177,12 @@ class ActorClass:
         # top-level ref arguments are resolved by the runtime, without blocking here: the
         # spec goes to the node once their values exist (calls queue until the actor is up)
         client.actors.create(spec, int(opts.get("max_task_retries", 0)), top)
+        life = None
+        if lifetime != "detached":  # its handles are counted: the last one gone ends it
+            life = ObjectRef(actor_life_id(actor_id), client.address, client)
+            client.actors.lives[life.id] = actor_id
         handle = ActorHandle(actor_id, self.__name__, self._methods,
-                             int(opts.get("max_task_retries", 0)), owned=True)
+                             int(opts.get("max_task_retries", 0)), owned=True, life=life)
         handle._max_pending_calls = max_pending
         return handle
 
@@ -258,19 +263,29 @@ class ActorMethod:
 def named_actor_handle(client: Any, name: str, namespace: str) -> ActorHandle | None:
     """A handle on the live actor named `name` in `namespace`, or None."""
     reply = client.lookup_named_actor(name, namespace)
-    return None if reply is None else ActorHandle(reply.actor_id, reply.class_name, {})
+    if reply is None:
+        return None
+    life = None
+    if reply.owner and not reply.detached:  # borrow the handle count from the creator
+        life = ObjectRef(actor_life_id(reply.actor_id), reply.owner, client)
+        if reply.owner != client.address:
+            client.loop.send_threadsafe(reply.owner, m.AddBorrowers(
+                object_ids=[life.id], borrower=client.address))
+    return ActorHandle(reply.actor_id, reply.class_name, {}, life=life)
 
 
 _HANDLE_FIELDS = frozenset({"_actor_id", "_class_name", "_methods", "_max_task_retries",
-                            "_owned", "_max_pending_calls"})
+                            "_owned", "_max_pending_calls", "_life"})
 
 
 class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
     def __init__(self, actor_id: bytes, class_name: str, methods: dict[str, int],
-                 max_task_retries: int = 0, owned: bool = False) -> None:
+                 max_task_retries: int = 0, owned: bool = False,
+                 life: ObjectRef | None = None) -> None:
         self._actor_id = actor_id
+        self._life = life  # counts this handle with the creator (None: detached)
         self._class_name = class_name
         self._methods = methods
         self._max_task_retries = max_task_retries
@@ -291,8 +306,9 @@ class ActorHandle:
         return ActorMethod(self, name, methods.get(name, 1))
 
     def __reduce__(self) -> Any:
+        # The life ref travels inside: the receiver borrows it, so the creator counts it.
         return (ActorHandle, (self._actor_id, self._class_name, self._methods,
-                              self._max_task_retries))
+                              self._max_task_retries, False, self._life))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()[:12]})"

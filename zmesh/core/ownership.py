@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 __all__ = [
-    "AddBorrower", "AddLocal", "AddSubmitted", "Event", "Action", "Escaped", "Free",
+    "AddBorrower", "AddLocal", "AddSubmitted", "BorrowerGone", "Event", "Action", "Escaped", "Free",
     "FailBorrowed", "HoldBorrowed", "HoldContained", "OwnerAnswered", "OwnerNodeDied",
     "Ownership", "ProbeOwner", "ProbeTimedOut", "ReadFailed", "RefuseBorrow", "RemoveBorrower",
     "RemoveLocal", "RemoveSubmitted", "Verdict",
@@ -65,6 +65,15 @@ class RemoveBorrower:
 
     object_ids: tuple[bytes, ...]
     borrower: str
+
+
+@dataclass(frozen=True, slots=True)
+class BorrowerGone:
+    """The process at `address` (or every one with ipc sockets under `prefix`) died: it
+    borrows nothing any more."""
+
+    address: str
+    prefix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +132,7 @@ class ProbeTimedOut:
 
 
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
-         | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerAnswered
+         | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerAnswered
          | ProbeTimedOut)
 
 
@@ -237,6 +246,13 @@ class Ownership:
                     rec = self.records.get(oid)
                     if rec is not None:
                         rec.borrowers.discard(borrower)
+                        self._maybe_free(oid, out)
+            case BorrowerGone(address, prefix):
+                for oid, rec in list(self.records.items()):
+                    gone = {b for b in rec.borrowers
+                            if b == address or (prefix and b.startswith(prefix))}
+                    if gone:
+                        rec.borrowers -= gone
                         self._maybe_free(oid, out)
             case Escaped(oids):
                 for oid in oids:

@@ -30,6 +30,12 @@ class IdGen:
         return task_id + index.to_bytes(4, "little")
 
 
+def actor_life_id(actor_id: bytes) -> bytes:
+    """The id under which an actor's handles are reference-counted, like an object its creator
+    owns: when it is released everywhere, a non-detached actor exits."""
+    return actor_id + b"life"
+
+
 def random_id(n: int = 16) -> bytes:
     """A fresh random id (actors, placement groups, leases)."""
     return _source(n)

@@ -14,6 +14,7 @@ from zmesh.core.ownership import (
     AddBorrower,
     AddLocal,
     AddSubmitted,
+    BorrowerGone,
     Escaped,
     FailBorrowed,
     Free,
@@ -121,6 +122,12 @@ class OwnershipMachine(RuleBasedStateMachine):
             return
         self.borrowers[oid].discard(who)
         self.step(RemoveBorrower((oid,), who))
+
+    @rule(who=st.sampled_from(["a", "b"]))
+    def borrower_dies(self, who: str) -> None:
+        for oid in list(self.borrowers):
+            self.borrowers[oid].discard(who)
+        self.step(BorrowerGone(who))
 
     @rule(oid=st.sampled_from(OIDS))
     def escape(self, oid: bytes) -> None:

@@ -172,6 +172,8 @@ class NamedActorReply(Message, tag=32):
     state: str = ""
     fn_id: bytes = b""
     is_async: bool = False
+    owner: str = ""  # the creator, which counts the actor's handles (non-detached actors)
+    detached: bool = False
 
 
 class WorkerExited(Message, tag=33):

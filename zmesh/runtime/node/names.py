@@ -39,7 +39,8 @@ class ActorDirectory:
         """Take the actor's name cluster-wide, then schedule it; dead if the name is taken."""
         spec = entry.spec
         record = {"actor_id": spec.actor_id, "home": self.node.mesh_address,
-                  "class_name": spec.class_name, "fn_id": spec.fn_id, "is_async": spec.is_async}
+                  "class_name": spec.class_name, "fn_id": spec.fn_id, "is_async": spec.is_async,
+                  "owner": spec.owner, "detached": spec.detached}
         key = named_key(spec.namespace, spec.name)
 
         def done(c: Completion, retried: bool = False) -> None:
@@ -83,7 +84,8 @@ class ActorDirectory:
             self.node.loop.send(sender, m.NamedActorReply(
                 request_id=msg.request_id, found=True, actor_id=holder["actor_id"],
                 class_name=holder["class_name"], state="pending", fn_id=holder["fn_id"],
-                is_async=holder["is_async"]))
+                is_async=holder["is_async"], owner=holder.get("owner", ""),
+                detached=holder.get("detached", True)))
 
         self.node.control.get(named_key(msg.namespace, msg.name), done)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from zmesh.core.ownership import BorrowerGone
 from zmesh.errors import ActorDiedError, ActorUnavailableError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
@@ -58,6 +59,7 @@ class ActorRecord:
     seq_cut: int = 0  # seqs from here on map to seq - seq_cut + seq_base
     seq_base: int = 0
     hold: bool = False  # this caller is killing the actor: send nothing from user threads
+    out_of_scope: bool = False  # its last handle went: it ends once our calls complete
     ctor_refs: list[Any] = field(default_factory=list)  # constructor ref arguments, held
     killed_incarnation: int = -1  # an "alive" for it is stale news
 
@@ -77,6 +79,7 @@ class ActorCaller:
         self._by_address: dict[str, ActorRecord] = {}
         self._lock = threading.Lock()
         self.pending_reasons: dict[str, str] = {}
+        self.lives: dict[bytes, bytes] = {}  # handle-count id -> actor id (actors we created)
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.ActorState, self._on_state)
@@ -197,6 +200,24 @@ class ActorCaller:
         self.client.loop.call_soon(self.killed if no_restart else self._restarting, actor_id)
 
     # -- loop thread -----------------------------------------------------------------------
+    def out_of_scope(self, actor_id: bytes) -> None:
+        """No handle to this (non-detached) actor is left anywhere: it exits once the calls
+        made on it complete, freeing its resources and name (Ray's handle counting)."""
+        rec = self.records.get(actor_id)
+        if rec is not None and rec.pending:
+            rec.out_of_scope = True
+            return
+        self._end(actor_id)
+
+    def _end(self, actor_id: bytes) -> None:
+        self.client.loop.send(self.client.node_address, m.KillActor(actor_id=actor_id,
+                                                                    no_restart=True))
+
+    def _settled(self, rec: ActorRecord) -> None:
+        if rec.out_of_scope and not rec.pending:
+            rec.out_of_scope = False
+            self._end(rec.actor_id)
+
     def _restarting(self, actor_id: bytes) -> None:
         rec = self.records.get(actor_id)
         if rec is None or rec.state != "alive":
@@ -259,6 +280,9 @@ class ActorCaller:
         rec.hold = False
         if msg.class_name:
             rec.class_name = msg.class_name
+        if msg.state in ("dead", "restarting") and rec.address:
+            # its worker is gone, and with it whatever it borrowed from us
+            self.client.objects.handle(BorrowerGone(rec.address))
         if msg.state == "alive":  # address and numbering first: user threads send on "alive"
             if rec.incarnation >= 0 and msg.restarts != rec.incarnation:
                 self._renumber(rec)
@@ -319,6 +343,7 @@ class ActorCaller:
             ActorDiedError(f"actor {rec.class_name!r} is dead"))
         rec.pending.discard(call.msg.seq)
         self._complete(call, [value] * max(call.msg.num_returns, 1))
+        self._settled(rec)
 
     def on_result(self, sender: str, msg: m.TaskResult) -> None:
         rec = self._by_address.get(sender)
@@ -329,6 +354,7 @@ class ActorCaller:
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         self._complete(call, msg.returns)
+        self._settled(rec)  # type: ignore[arg-type]
         if msg.contained:
             self.client.hold_returned(sender, [IdGen.object_id(call.msg.task_id, i) for i in
                                                range(max(call.msg.num_returns, 1))], msg.contained)

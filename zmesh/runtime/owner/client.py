@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from zmesh.core.ownership import OwnerNodeDied
+from zmesh.core.ownership import BorrowerGone, OwnerNodeDied
 from zmesh.errors import (
     GetTimeoutError,
     NodeDiedError,
@@ -459,11 +459,15 @@ class CoreClient:
                   ) if msg.ipc_dir else None
         why = f"its owner lived on node {msg.node_id}, which {msg.why}"
         self.owner_probe.feed(OwnerNodeDied(msg.address, prefix or "", why))
+        self.objects.handle(BorrowerGone(msg.address, prefix or ""))
 
     def _on_free(self, object_id: bytes, entry: ObjectEntry) -> None:
         hook = self.free_hooks.pop(object_id, None)
         if hook is not None:
             hook()
+        if entry.owned and object_id in self.actors.lives:  # an actor's last handle went
+            self.actors.out_of_scope(self.actors.lives.pop(object_id))
+            return
         if not entry.owned:
             # the owner ignores a borrower it never registered, so this is always safe
             self.loop.send(entry.owner, m.RemoveBorrowers(object_ids=[object_id],
