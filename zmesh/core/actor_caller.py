@@ -1,0 +1,262 @@
+"""The caller's side of actor ordering as a pure state machine: sequence numbers across
+incarnations, what is sent, queued, retried or failed.
+
+An actor's mailbox releases each caller's calls in sequence order from 0, and a restarted
+actor starts a fresh mailbox. So the caller numbers its calls once (submission order) and,
+for every new incarnation, maps the calls still to run densely onto 0, 1, 2, …: no gap that
+would stall the new mailbox, no reordering. Calls in flight when the actor restarts are
+retried (up to `max_task_retries`) or fail as unavailable; a dead actor fails them all.
+No I/O: the shell (`runtime/owner/actor_calls.py`) feeds events and carries out actions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+__all__ = [
+    "Action", "ActorAlive", "ActorCallerCore", "ActorDead", "ActorRestarting", "Completed",
+    "Event", "Fail", "Ready", "Send", "SendFailed", "State", "Submit", "Track",
+]
+
+
+class State(Enum):
+    PENDING = "pending"
+    ALIVE = "alive"
+    RESTARTING = "restarting"
+    DEAD = "dead"
+
+
+# -- events ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Track:
+    """This caller learned of an actor (created it, or got a handle)."""
+
+    actor_id: bytes
+    max_task_retries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """A call was made; it takes the next sequence number. `ready` False: its arguments are
+    still resolving (it holds its place, and is sent once `Ready` comes)."""
+
+    actor_id: bytes
+    task_id: bytes
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The arguments of a submitted call are resolved: it may be sent."""
+
+    actor_id: bytes
+    task_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ActorAlive:
+    """Incarnation `incarnation` (the restart count) of the actor runs at `address`."""
+
+    actor_id: bytes
+    incarnation: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActorRestarting:
+    actor_id: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActorDead:
+    actor_id: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The actor answered the call."""
+
+    actor_id: bytes
+    task_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendFailed:
+    """The call could not be sent (no route yet): keep it for the next chance."""
+
+    actor_id: bytes
+    task_id: bytes
+
+
+Event = Track | Submit | Ready | ActorAlive | ActorRestarting | ActorDead | Completed | SendFailed
+
+
+# -- actions --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send the call to the actor's worker with this (incarnation's) sequence number."""
+
+    actor_id: bytes
+    task_id: bytes
+    address: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The call will not run: `unavailable` (restarting, no retries left) or died."""
+
+    actor_id: bytes
+    task_id: bytes
+    unavailable: bool
+    reason: str
+
+
+Action = Send | Fail
+
+
+@dataclass(slots=True)
+class _Call:
+    task_id: bytes
+    seq: int  # submission order, never changes
+    retries_left: int
+    ready: bool
+
+
+@dataclass(slots=True)
+class _Actor:
+    max_task_retries: int
+    state: State = State.PENDING
+    incarnation: int = -1
+    address: str = ""
+    next_seq: int = 0
+    calls: dict[bytes, _Call] = field(default_factory=dict)  # submitted, not completed
+    inflight: set[bytes] = field(default_factory=set)
+    queue: set[bytes] = field(default_factory=set)  # ready, waiting to be sent
+    renumbered: dict[int, int] = field(default_factory=dict)
+    seq_cut: int = 0
+    seq_base: int = 0
+
+    def wire(self, seq: int) -> int:
+        return seq - self.seq_cut + self.seq_base if seq >= self.seq_cut else \
+            self.renumbered[seq]
+
+
+class ActorCallerCore:
+    """Every actor one caller talks to; `handle(event) -> actions`."""
+
+    def __init__(self, log_size: int = 10_000) -> None:
+        self.actors: dict[bytes, _Actor] = {}
+        self.log: deque[tuple[Event, tuple[Action, ...]]] = deque(maxlen=log_size)
+
+    def handle(self, event: Event) -> list[Action]:
+        out: list[Action] = []
+        match event:
+            case Track(aid, retries):
+                self.actors.setdefault(aid, _Actor(retries))
+            case Submit(aid, tid, ready):
+                a = self.actors.setdefault(aid, _Actor(0))
+                call = _Call(tid, a.next_seq, a.max_task_retries, ready)
+                a.next_seq += 1
+                if a.state is State.DEAD:
+                    out.append(Fail(aid, tid, False, "the actor is dead"))
+                else:
+                    a.calls[tid] = call
+                    if ready:
+                        self._offer(aid, a, call, out)
+            case Ready(aid, tid):
+                a = self.actors.get(aid)
+                call = None if a is None else a.calls.get(tid)
+                if a is not None and call is not None and not call.ready:
+                    call.ready = True
+                    self._offer(aid, a, call, out)
+            case ActorAlive(aid, incarnation, address):
+                a = self.actors.setdefault(aid, _Actor(0))
+                if a.state is not State.DEAD:
+                    if a.incarnation >= 0 and incarnation != a.incarnation:
+                        self._renumber(a)
+                    a.incarnation, a.address, a.state = incarnation, address, State.ALIVE
+                    for tid in sorted(a.queue, key=lambda t: a.calls[t].seq):
+                        self._send(aid, a, a.calls[tid], out)
+                    a.queue.clear()
+            case ActorRestarting(aid, reason):
+                a = self.actors.get(aid)
+                if a is not None and a.state is not State.DEAD:
+                    a.state = State.RESTARTING
+                    for tid in sorted(a.inflight, key=lambda t: a.calls[t].seq):
+                        call = a.calls[tid]
+                        if call.retries_left != 0:
+                            call.retries_left -= 1
+                            a.queue.add(tid)
+                        else:
+                            del a.calls[tid]
+                            out.append(Fail(aid, tid, True, reason))
+                    a.inflight.clear()
+            case ActorDead(aid, reason):
+                a = self.actors.setdefault(aid, _Actor(0))
+                if a.state is not State.DEAD:
+                    a.state = State.DEAD
+                    for tid in sorted(a.calls, key=lambda t: a.calls[t].seq):
+                        out.append(Fail(aid, tid, False, reason))
+                    a.calls.clear()
+                    a.inflight.clear()
+                    a.queue.clear()
+            case Completed(aid, tid):
+                a = self.actors.get(aid)
+                if a is not None and tid in a.inflight:
+                    a.inflight.discard(tid)
+                    del a.calls[tid]
+            case SendFailed(aid, tid):
+                a = self.actors.get(aid)
+                if a is not None and tid in a.inflight:
+                    a.inflight.discard(tid)
+                    a.queue.add(tid)
+            case _:
+                raise TypeError(f"not an actor caller event: {event!r}")
+        self.log.append((event, tuple(out)))
+        return out
+
+    def _offer(self, aid: bytes, a: _Actor, call: _Call, out: list[Action]) -> None:
+        if a.state is State.ALIVE:
+            self._send(aid, a, call, out)
+        else:
+            a.queue.add(call.task_id)
+
+    def _send(self, aid: bytes, a: _Actor, call: _Call, out: list[Action]) -> None:
+        a.inflight.add(call.task_id)
+        out.append(Send(aid, call.task_id, a.address, a.wire(call.seq)))
+
+    @staticmethod
+    def _renumber(a: _Actor) -> None:
+        """Number the calls still to run densely from 0 for a new incarnation."""
+        a.renumbered = {seq: i for i, seq in enumerate(sorted(c.seq for c in a.calls.values()))}
+        a.seq_base = len(a.renumbered)
+        a.seq_cut = a.next_seq
+
+    # -- checks and history --------------------------------------------------------------
+    def validate(self) -> None:
+        for aid, a in self.actors.items():
+            where = f"actor {aid.hex()}\n{self.story(aid)}"
+            assert not (a.inflight & a.queue), f"a call both in flight and queued: {where}"
+            assert a.inflight | a.queue <= set(a.calls), f"an unknown call is tracked: {where}"
+            assert all(a.calls[t].ready for t in a.inflight | a.queue), f"unready sent: {where}"
+            if a.state is State.ALIVE:
+                assert not a.queue, f"calls queued while the actor is alive: {where}"
+            if a.state is State.DEAD:
+                assert not a.calls, f"a dead actor has calls: {where}"
+            wires = sorted(a.wire(c.seq) for c in a.calls.values())
+            assert len(set(wires)) == len(wires), f"two calls share a sequence number: {where}"
+            order = sorted(a.calls.values(), key=lambda c: c.seq)
+            assert [a.wire(c.seq) for c in order] == sorted(a.wire(c.seq) for c in order), \
+                f"numbering does not keep submission order: {where}"
+
+    def story(self, key: bytes) -> str:
+        """Logged events and actions about an actor or a call, oldest first."""
+        lines = [f"{e!r} -> {list(acts)!r}" for e, acts in self.log
+                 if key in (getattr(e, "actor_id", None), getattr(e, "task_id", None))
+                 or any(key in (x.actor_id, x.task_id) for x in acts)]
+        return "\n".join(lines) or f"(no events about {key.hex()})"
