@@ -154,7 +154,10 @@ class ActorCallerCore:
         self.log: deque[tuple[Event, tuple[Action, ...]]] = deque(maxlen=log_size)
 
     def handle(self, event: Event) -> list[Action]:
+        """Apply one event; return what the shell must do."""
         out: list[Action] = []
+        a: _Actor | None
+        call: _Call | None
         match event:
             case Track(aid, retries):
                 self.actors.setdefault(aid, _Actor(retries))
@@ -180,14 +183,14 @@ class ActorCallerCore:
                     if a.incarnation >= 0 and incarnation != a.incarnation:
                         self._renumber(a)
                     a.incarnation, a.address, a.state = incarnation, address, State.ALIVE
-                    for tid in sorted(a.queue, key=lambda t: a.calls[t].seq):
+                    for tid in _by_seq(a.queue, a.calls):
                         self._send(aid, a, a.calls[tid], out)
                     a.queue.clear()
             case ActorRestarting(aid, reason):
                 a = self.actors.get(aid)
                 if a is not None and a.state is not State.DEAD:
                     a.state = State.RESTARTING
-                    for tid in sorted(a.inflight, key=lambda t: a.calls[t].seq):
+                    for tid in _by_seq(a.inflight, a.calls):
                         call = a.calls[tid]
                         if call.retries_left != 0:
                             call.retries_left -= 1
@@ -200,7 +203,7 @@ class ActorCallerCore:
                 a = self.actors.setdefault(aid, _Actor(0))
                 if a.state is not State.DEAD:
                     a.state = State.DEAD
-                    for tid in sorted(a.calls, key=lambda t: a.calls[t].seq):
+                    for tid in _by_seq(a.calls, a.calls):
                         out.append(Fail(aid, tid, False, reason))
                     a.calls.clear()
                     a.inflight.clear()
@@ -260,3 +263,8 @@ class ActorCallerCore:
                  if key in (getattr(e, "actor_id", None), getattr(e, "task_id", None))
                  or any(key in (x.actor_id, x.task_id) for x in acts)]
         return "\n".join(lines) or f"(no events about {key.hex()})"
+
+
+def _by_seq(task_ids: set[bytes] | dict[bytes, _Call], calls: dict[bytes, _Call]
+            ) -> list[bytes]:
+    return sorted(task_ids, key=lambda t: calls[t].seq)

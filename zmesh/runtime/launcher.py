@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 from zmesh.errors import ZmeshError
@@ -107,10 +109,15 @@ def stop_node(proc: subprocess.Popen[bytes], session_dir: str, timeout: float = 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    # A node that was killed leaves its fork server and workers to notice (within a second
+    # or so) and exit; one of them may still bind a socket here meanwhile: remove until gone.
+    deadline = time.monotonic() + 5.0
+    while True:
+        shutil.rmtree(session_dir, ignore_errors=True)
+        if not os.path.exists(session_dir) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # polling a directory: there is no event to wait on
     try:
-        for name in os.listdir(session_dir):
-            os.unlink(os.path.join(session_dir, name))
-        os.rmdir(session_dir)
         os.rmdir(os.path.dirname(session_dir))  # the last one out takes the shared root
     except OSError:
         pass

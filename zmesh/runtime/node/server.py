@@ -124,6 +124,7 @@ class Node:
         self.warned: set[tuple[str, str]] = set()
         self.stopping = False
         self.client_timeout = node_timeout_s()
+        self._last_liveness = self.loop.clock()
         self.exit_error: str | None = None  # why the node stopped itself, for its exit status
         self.pool: Any = make_pool(self) if make_pool is not None else WorkerPool(
             self.address, session_dir, self.loop.call_soon, self._worker_exited,
@@ -230,7 +231,12 @@ class Node:
         if self.parent_pid and not pid_alive(self.parent_pid):
             self.stop("the driver that started this node exited")
             return
-        silent_limit = self.loop.clock() - self.client_timeout
+        now = self.loop.clock()
+        if now - self._last_liveness > self.client_timeout / 2:
+            for client in self.clients.values():  # the node stood still, not its drivers
+                client.seen = now
+        self._last_liveness = now
+        silent_limit = now - self.client_timeout
         for client in list(self.clients.values()):
             if client.kind != "driver":
                 continue

@@ -1,8 +1,9 @@
 """A driver's watch on its own node: without it, a driver whose node died waited forever.
 
 The driver pings its node every `PING_PERIOD_S`; the pings are also how the node tells a
-live driver from a dead one over tcp, where it cannot watch a pid. The node is dead when
-its process is gone (a node on this machine) or when no pong came for `node_timeout_s()`.
+live driver from a dead one over tcp, where it cannot watch a pid. A node on this machine is
+dead when its process is gone (a busy node is not); one over tcp when no pong came for
+`node_timeout_s()`. Time this process itself stood still (a stalled loop) is not silence.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ PING_PERIOD_S = 1.0
 def node_timeout_s() -> float:
     """Silence after which a peer (driver or node) counts as dead; ZMESH_PEER_TIMEOUT_S."""
     try:
-        return max(1.0, float(os.environ.get("ZMESH_PEER_TIMEOUT_S", "10")))
+        return max(1.0, float(os.environ.get("ZMESH_PEER_TIMEOUT_S", "30")))
     except ValueError:
-        return 10.0
+        return 30.0
 
 
 class NodeWatch:
@@ -39,13 +40,14 @@ class NodeWatch:
         self.lost = ""
         self._seq = 0
         self._last_pong = self.loop.clock()
+        self._last_tick = self._last_pong
         self._timeout = node_timeout_s()
 
     def start(self, node_id: str, pid: int) -> None:
         """Begin watching (loop thread). `pid` is watched only for a node on this machine."""
         self.node_id = node_id
         self.pid = pid if self.node_address.startswith("ipc://") else 0
-        self._last_pong = self.loop.clock()
+        self._last_pong = self._last_tick = self.loop.clock()
         self._tick()
 
     def on_pong(self, sender: str, msg: Pong, bufs: list[Any]) -> None:
@@ -58,8 +60,12 @@ class NodeWatch:
         if self.pid and not pid_alive(self.pid):
             self._lose(f"its process (pid={self.pid}) exited")
             return
-        silent = self.loop.clock() - self._last_pong
-        if silent > self._timeout:
+        now = self.loop.clock()
+        if now - self._last_tick > self._timeout / 2:  # we stood still: pongs may be queued
+            self._last_pong = now
+        self._last_tick = now
+        silent = now - self._last_pong
+        if not self.pid and silent > self._timeout:
             self._lose(f"it did not answer for {silent:.0f}s")
             return
         self._seq += 1
