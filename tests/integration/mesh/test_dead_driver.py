@@ -5,6 +5,7 @@ in the store and its pipelined tasks kept running."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,7 @@ DRIVER = textwrap.dedent("""
     import numpy as np
     import zmesh
 
-    zmesh.init(address=sys.argv[1])
+    zmesh.init(address=sys.argv[1], token=sys.argv[3])
 
     @zmesh.remote(num_cpus=1)
     class Holder:
@@ -53,6 +54,10 @@ def node() -> Iterator[tuple[dict[str, str], str]]:
     tmp = tempfile.mkdtemp(prefix="zdd-")  # short: ipc socket paths have a length limit
     env = dict(os.environ, TMPDIR=tmp, ZMESH_PEER_TIMEOUT_S="5")
     proc, hostport = start_node(env, "--num-cpus", "2")
+    assert proc.stdout is not None
+    token = re.search(r"--token (\S+)", proc.stdout.readline())
+    assert token, "zmesh node printed no join token"
+    env["ZMESH_TEST_TOKEN"] = token.group(1)
     yield env, f"tcp://{hostport}"
     if zmesh.is_initialized():
         zmesh.shutdown()
@@ -63,7 +68,8 @@ def node() -> Iterator[tuple[dict[str, str], str]]:
 
 def start_driver(env: dict[str, str], address: str, mode: str, marker: str
                  ) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, address, mode], env=env, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, address, mode,
+                             env["ZMESH_TEST_TOKEN"]], env=env, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -90,7 +96,7 @@ def test_a_dead_tcp_driver_frees_its_actor_and_its_cpus(node):
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     assert wait_until(lambda: gone(actor_pid), timeout=60), "the dead driver's actor lives on"
-    zmesh.init(address=address)
+    zmesh.init(address=address, token=env["ZMESH_TEST_TOKEN"])
 
     @zmesh.remote(num_cpus=2)
     def both_cpus():
@@ -103,7 +109,7 @@ def test_a_dead_ipc_driver_stops_its_tasks_and_frees_its_objects(node):
     env, address = node
     hostport = address[len("tcp://"):]  # host:port on this machine: the driver uses ipc
     driver, task_pid = start_driver(env, hostport, "tasks", "RUNNING")
-    zmesh.init(address=hostport)
+    zmesh.init(address=hostport, token=env["ZMESH_TEST_TOKEN"])
     assert store_objects() >= 1
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
