@@ -64,6 +64,7 @@ MAX_HOPS = 3
 """Forwards a request may take while chasing free resources; after that it waits in line."""
 
 _CPU = "CPU"
+_ONE_CPU_REQUEST = {_CPU: 1.0}  # Ray's default task request, as owners send it
 _NAMED_STRATEGIES: dict[str, Strategy] = {"DEFAULT": DEFAULT, "SPREAD": SpreadStrategy()}
 
 
@@ -164,8 +165,10 @@ class LocalScheduler:
         wid = req.work_id
         if wid in self._running or wid in self._waiting.by_id or wid in self._infeasible:
             raise ValueError(f"{req.describe()}: work id {wid.hex()} was already submitted")
+        res = req.resources
         if (
-            req.resources is None
+            (res is None or (type(res) is dict and res == _ONE_CPU_REQUEST
+                             and type(res[_CPU]) is float))  # {"CPU": True} is refused below
             and req.placement_resources is None
             and type(req.strategy) is DefaultStrategy
             and req.kind == "task"

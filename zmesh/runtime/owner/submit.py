@@ -181,9 +181,10 @@ class TaskSubmitter:
         # Work that holds no resources can always get another worker: one task per worker,
         # so that zero-CPU tasks run side by side (as in Ray) instead of queueing on one.
         depth = PIPELINE_DEPTH if q.resources else 1
+        limit = q.max_calls
         for lease in q.leases:
             while ready and len(lease.inflight) < depth and not lease.revoked \
-                    and not lease.spent():
+                    and (not limit or lease.calls < limit):
                 self._send(lease, ready.popleft())
             if not lease.inflight:
                 self._arm_idle(lease)
