@@ -54,7 +54,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             validate_namespace(namespace)
         if runtime_env:
             check_options({"runtime_env": runtime_env}, {"runtime_env"}, "init")
-        address = address or os.environ.get("ZMESH_ADDRESS") or None
+        address = address or os.environ.get("ZMESH_ADDRESS") or (
+            os.environ.get("RAY_ADDRESS") if compat.is_installed() else None) or None
         proc = session_dir = None
         if address in (None, "local"):
             from zmesh.runtime.launcher import start_node
@@ -103,7 +104,10 @@ def _auto_init() -> None:
 
     if os.environ.get("ZMESH_LAZY_IMPORT") or os.environ.get("ZMESH_NODE_ID"):
         return  # a node or worker process: its runtime is its own, never a new one
-    address = os.environ.get("ZMESH_ADDRESS")
+    from zmesh import ray_compat
+
+    address = os.environ.get("ZMESH_ADDRESS") or (
+        os.environ.get("RAY_ADDRESS") if ray_compat.is_installed() else None)
     info = init(ignore_reinit_error=True)
     if address:
         line = f"Connecting to existing zmesh mesh at address: {info.get('address')}..."

@@ -123,3 +123,28 @@ def test_zmesh_address_chooses_the_mesh_auto_init_joins(ray):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "the shared mesh"
     assert "Connecting to existing zmesh mesh at address" in proc.stderr
+
+
+def test_ray_address_chooses_the_mesh_in_ray_compat_mode(ray):
+    # Ray-observed: RAY_ADDRESS names the cluster that (auto-)init joins; in Ray-compat mode
+    # (`import ray` is zmesh) zmesh honours it too
+    @ray.remote
+    class Marker:
+        def where(self):
+            return "found through RAY_ADDRESS"
+
+    marker = Marker.options(name="everyday-ray-address", lifetime="detached").remote()
+    ray.get(marker.where.remote())
+    env = {k: v for k, v in os.environ.items() if k != "ZMESH_ADDRESS"}
+    env["RAY_ADDRESS"] = zmesh.api._state["info"]["address"]
+    proc = _run("""
+        import zmesh.ray_compat
+        zmesh.ray_compat.install()
+        import ray
+
+        print(ray.get(ray.get_actor("everyday-ray-address").where.remote()))
+        ray.shutdown()
+    """, env)
+    ray.kill(marker)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "found through RAY_ADDRESS"
