@@ -14,8 +14,9 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from zmesh.errors import TransportError
 
@@ -57,21 +58,15 @@ class ChaosEndpoint(Endpoint):
         *,
         hold: float = 0.05,
         record: bool = False,
+        delay_rate: float = 1.0,
+        select: Callable[[str, Sequence[Buffer]], bool] | None = None,
     ) -> None:
-        for name, rate in (("drop", drop), ("duplicate", duplicate), ("reorder", reorder)):
-            if not 0.0 <= rate <= 1.0:
-                raise ValueError(f"chaos {name} rate must be within [0, 1], got {rate}")
-        low, high = delay
-        if not 0.0 <= low <= high:
-            raise ValueError(f"chaos delay must be (min, max) with 0 <= min <= max, got {delay}")
-        if hold < 0:
-            raise ValueError(f"chaos hold must be >= 0 seconds, got {hold}")
         self.inner = inner
         self.address = inner.address
         self.seed = seed
-        self.drop, self.duplicate, self.delay, self.reorder = drop, duplicate, delay, reorder
-        self.hold = hold
         self.stats: Counter[str] = Counter()
+        self.configure(drop, duplicate, delay, reorder, hold=hold, delay_rate=delay_rate,
+                       select=select)
         self.fates: list[Fate] | None = [] if record else None
         self._rng = random.Random(seed)
         self._seq = itertools.count()
@@ -81,12 +76,40 @@ class ChaosEndpoint(Endpoint):
         # peer -> (deadline, frames...) held back for reordering.
         self._held: dict[str, tuple[float, list[list[Buffer]]]] = {}
         self._woken = False
-        self._faulty = drop > 0 or duplicate > 0 or high > 0 or reorder > 0
         # Not tracked as live itself: it holds no resource but `inner`, which is tracked.
+
+    def configure(self, drop: float = 0.0, duplicate: float = 0.0,
+                  delay: tuple[float, float] = (0.0, 0.0), reorder: float = 0.0, *,
+                  hold: float = 0.05, delay_rate: float = 1.0,
+                  select: Callable[[str, Sequence[Buffer]], bool] | None = None) -> None:
+        """Set the fault rates from now on (the seeded draws go on where they were).
+
+        `delay_rate` is the share of messages delayed; `select(to, frames)`, when given,
+        picks the messages subject to faults (the others pass straight through).
+        """
+        for name, rate in (("drop", drop), ("duplicate", duplicate), ("reorder", reorder),
+                           ("delay_rate", delay_rate)):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"chaos {name} rate must be within [0, 1], got {rate}")
+        low, high = delay
+        if not 0.0 <= low <= high:
+            raise ValueError(f"chaos delay must be (min, max) with 0 <= min <= max, got {delay}")
+        if hold < 0:
+            raise ValueError(f"chaos hold must be >= 0 seconds, got {hold}")
+        self.drop, self.duplicate, self.delay, self.reorder = drop, duplicate, delay, reorder
+        self.hold, self.delay_rate, self.select = hold, delay_rate, select
+        self._faulty = drop > 0 or duplicate > 0 or (high > 0 and delay_rate > 0) or reorder > 0
 
     @property
     def closed(self) -> bool:
         return self.inner.closed
+
+    def __getattr__(self, name: str) -> Any:
+        # Optional extras of the inner transport (send_back, close_idle) pass through as they
+        # are: the runtime looks them up with getattr and they carry no faults.
+        if name.startswith("_") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     def pending(self) -> int:
         """Messages delayed or held back and not yet handed to the inner endpoint."""
@@ -96,8 +119,10 @@ class ChaosEndpoint(Endpoint):
     def send(self, to: str, frames: Sequence[Buffer]) -> None:
         if self.inner.closed:
             raise TransportError(f"endpoint {self.address!r} is closed; cannot send to {to!r}")
-        if not self._faulty:
+        if not self._faulty or (self.select is not None and not self.select(to, frames)):
             self.inner.send(to, frames)
+            if self._timers or self._held:
+                self._flush(time.monotonic())
             return
         if not frames:
             raise TransportError(f"message to {to!r} has no frames; send at least one")
@@ -138,7 +163,10 @@ class ChaosEndpoint(Endpoint):
             to=to,
             dropped=u_drop < self.drop,
             copies=2 if u_dup < self.duplicate else 1,
-            delay=low + (high - low) * u_delay if high > 0 else 0.0,
+            # One draw decides both whether and how long: delayed below delay_rate, the
+            # amount spread over (low, high) by where the draw fell.
+            delay=(low + (high - low) * u_delay / self.delay_rate
+                   if high > 0 and u_delay < self.delay_rate else 0.0),
             held_back=u_reorder < self.reorder,
         )
         if self.fates is not None:
@@ -174,7 +202,7 @@ class ChaosEndpoint(Endpoint):
         self._flush(float("inf"))
 
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
-        if not self._faulty:
+        if not self._faulty and not self._timers and not self._held:
             return self.inner.recv(timeout)
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         while True:

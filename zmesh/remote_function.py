@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from typing import Any, Generic, TypeVar
 
@@ -93,7 +94,7 @@ class RemoteFunction(Generic[R]):
                    max_calls)
             retries = opts.get("max_retries")
             cache = self._cache = (
-                client, res, strategy, key, 3 if retries is None else int(retries),
+                client, res, strategy, key, _max_retries(retries),
                 _retry_spec(opts.get("retry_exceptions", False)),
                 omp_env(env_vars_of(opts, client.default_env), res),
                 opts.get("name") or self.__name__, labels, max_calls)
@@ -151,3 +152,12 @@ def _retry_spec(value: Any) -> Any:
     raise TypeError(f"retry_exceptions must be a bool or a list of exception classes, "
                     f"got {value!r}")
 
+
+def _max_retries(value: Any) -> int:
+    """`max_retries` as a count: 3 by default, and -1 (as in Ray) for retrying forever."""
+    if value is None:
+        return 3
+    retries = int(value)
+    if retries < -1:
+        raise ValueError(f"max_retries must be -1 (retry forever) or >= 0, got {value}")
+    return sys.maxsize if retries == -1 else retries

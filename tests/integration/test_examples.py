@@ -33,6 +33,7 @@ EXPECTED = {
     "placement_group_allreduce.py": "gradients of 'net.0.weight' agree on 2 ranks",
     "mesh_three_nodes.py": "the actor restarts on the other one",
     "rl_weight_sync.py": "rollout weights match the trainer's: True",
+    "testing_under_faults.py": "the wrong pipeline breaks under this shrunk plan",
 }
 SLOW = {"placement_group_allreduce.py", "rl_weight_sync.py"}  # four workers import torch and join gloo groups
 

@@ -20,13 +20,15 @@ from zmesh.testing.faults import (
     SlowNode,
 )
 from zmesh.testing.history import History, HistoryViolation, Op, Violation
+from zmesh.testing.sim_faults import SimFaults
 from zmesh.testing.sim_kernel import SimDeadlock, SimKilled
 from zmesh.testing.sim_mesh import LinkFaults, SimMesh, sim_mesh
 
 __all__ = [
     "Cluster", "ClusterNode", "FaultPlan", "FaultPlanError", "History", "HistoryViolation",
     "KillActor", "KillNode", "KillOwner", "KillWorker", "LinkFault", "LinkFaults", "Op",
-    "Partition", "Pause", "SimDeadlock", "SimKilled", "SimMesh", "SlowNode", "Violation",
+    "Partition", "Pause", "SimDeadlock", "SimFaults", "SimKilled", "SimMesh", "SlowNode",
+    "Violation",
     "fault_plans", "fault_steps", "fault_times", "sim_mesh",
 ]
 

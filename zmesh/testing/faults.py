@@ -18,9 +18,9 @@ themselves; `events()` expands a plan into the timeline of start and end actions
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
@@ -109,7 +109,7 @@ class Partition(_Fault, frozen=True, tag="partition"):
 class LinkFault(_Fault, frozen=True, tag="link"):
     """For `duration`, `kind` (drop/duplicate/delay/reorder) messages at `rate`.
 
-    `between` limits it to messages sent by those nodes (None: every node); `messages` to those
+    `between` limits it to messages to or from those nodes (None: every node); `messages` to those
     message kinds (class names such as "PushTask"; None: every kind). `delay` is the extra
     latency of a delayed message, in seconds.
     """
@@ -128,7 +128,7 @@ class LinkFault(_Fault, frozen=True, tag="link"):
         if self.messages:
             what += f" of kinds {list(self.messages)}"
         if self.between is not None:
-            what += f" sent by nodes {list(self.between)}"
+            what += f" to or from nodes {list(self.between)}"
         return f"{what} for {self.duration:g}{{u}}"
 
 
@@ -181,6 +181,8 @@ class TargetCaps:
         if unit not in self.units:
             out.append(f"the {self.name} target schedules faults in "
                        f"{' or '.join(sorted(self.units))}, not {unit!r}")
+        if isinstance(fault, KillNode) and fault.node == 0:
+            out.append("node 0 hosts the driver (the program under test): kill another node")
         if isinstance(fault, LinkFault):
             if fault.kind not in self.link_kinds:
                 out.append(f"the {self.name} target cannot {fault.kind} messages")
@@ -199,9 +201,13 @@ TARGETS: dict[str, TargetCaps] = {
     "sim": TargetCaps(
         "sim", frozenset(["kill_worker", "kill_actor", "kill_node", "kill_owner", "pause",
                           "partition", "link", "slow_node"]),
-        frozenset(["drop", "duplicate", "delay", "reorder"]), False, frozenset(["s", "step"]),
-        {}),
+        frozenset(["drop", "duplicate", "delay", "reorder"]), True, frozenset(["s"]), {}),
 }
+
+
+# Target name -> how to start a plan on that target's mesh (zmesh.testing.sim_faults
+# registers "sim"; kept as a registry so this module imports no target).
+DRIVERS: dict[str, Callable[[FaultPlan, Any], Any]] = {}
 
 
 class FaultPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -285,8 +291,48 @@ class FaultPlan(msgspec.Struct, frozen=True, kw_only=True):
         except msgspec.ValidationError as exc:
             raise FaultPlanError(f"not a fault plan: {exc}") from exc
 
+    def attach(self, mesh: Any) -> None:
+        """Schedule this plan on a simulated mesh (`sim_mesh(faults=plan)` calls it)."""
+        driver = DRIVERS.get("sim")
+        if driver is None:
+            raise FaultPlanError("no simulated-mesh driver: import zmesh.testing first")
+        mesh.plan_driver = driver(self, mesh)
+
+    def __repr__(self) -> str:  # what hypothesis prints for a falsifying example: pasteable
+        return f"FaultPlan.from_json({self.to_json()!r})"
+
     def replace(self, **changes: object) -> FaultPlan:
         return msgspec.structs.replace(self, **changes)
+
+    @classmethod
+    def random(cls, seed: int, *, nodes: int = 3, kill_workers: bool = False,
+               kill_actors: bool = False, kill_nodes: bool = False, pauses: bool = False,
+               partitions: bool = False, drop: float = 0.0, max_faults: int = 4,
+               horizon: float = 5.0) -> FaultPlan:
+        """A plan drawn from `seed` alone (same seed, same plan), with the enabled kinds."""
+        rng = random.Random(seed)
+        kinds = [kind for kind, on in (("kill_worker", kill_workers), ("kill_actor", kill_actors),
+                                       ("kill_node", kill_nodes and nodes > 1),
+                                       ("pause", pauses), ("partition", partitions and nodes > 1))
+                 if on]
+        faults: list[Fault] = []
+        for _ in range(rng.randint(1, max_faults) if kinds else 0):
+            kind, at = rng.choice(kinds), round(rng.uniform(0, horizon), 1)
+            span = round(rng.uniform(0.2, horizon / 2), 1)
+            if kind == "kill_worker":
+                faults.append(KillWorker(at=at))
+            elif kind == "kill_actor":
+                faults.append(KillActor(at=at))
+            elif kind == "kill_node":
+                faults.append(KillNode(at=at, node=rng.randrange(1, nodes)))
+            elif kind == "pause":
+                faults.append(Pause(at=at, node=rng.randrange(nodes), duration=span))
+            else:
+                side = tuple(sorted(rng.sample(range(nodes), rng.randrange(1, nodes))))
+                faults.append(Partition(at=at, side=side, duration=span))
+        if drop > 0:
+            faults.append(LinkFault(at=0.0, kind="drop", rate=drop, duration=horizon + 1))
+        return cls(seed=seed, nodes=nodes, faults=tuple(faults))
 
     @classmethod
     def of(cls, seed: int, faults: Iterable[Fault], nodes: int = 3,

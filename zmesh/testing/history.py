@@ -298,12 +298,13 @@ def check_puts_survive(ops: list[Op], lost: set[Any]) -> list[Violation]:
     return out
 
 
-def check_bound(ops: list[Op], bound: float, now: float | None = None) -> list[Violation]:
-    """Every get completed (ok or failed) within `bound` seconds of its invocation."""
+def check_bound(ops: list[Op], bound: float, now: float | None = None,
+                kinds: tuple[str, ...] = ("get", "call")) -> list[Violation]:
+    """Every get (and actor call) completed, ok or failed, within `bound` seconds."""
     now = time.monotonic() if now is None else now
     out = []
     for op in ops:
-        if op.kind != "get":
+        if op.kind not in kinds:
             continue
         end = op.completed if op.completed is not None else now
         if op.status in ("pending", "indeterminate") or end - op.invoked > bound:

@@ -31,6 +31,9 @@ from zmesh.testing.faults import (
 
 __all__ = ["fault_plans", "fault_times", "fault_steps"]
 
+# Set by the pytest plugin's --zmesh-plan: every fault_plans() draws exactly this plan.
+REPLAY_PLAN: FaultPlan | None = None
+
 
 def fault_times(horizon: float = 10.0, resolution: float = 0.1) -> st.SearchStrategy[float]:
     """A time within [0, horizon] seconds, in `resolution` ticks; shrinks to 0 (earliest)."""
@@ -52,11 +55,11 @@ def fault_plans(*, nodes: int = 3, kill_workers: bool = False, kill_actors: bool
                 kill_nodes: bool = False, kill_owners: bool = False, pauses: bool = False,
                 partitions: bool = False, drop: float = 0.0, duplicate: float = 0.0,
                 delay: float = 0.0, reorder: float = 0.0, slow_nodes: bool = False,
-                max_faults: int = 6, horizon: float = 10.0, steps: int | None = None,
+                min_faults: int = 0, max_faults: int = 6, horizon: float = 10.0, steps: int | None = None,
                 actors: tuple[str, ...] = (), owners: tuple[str, ...] = (),
                 max_duration: float | None = None,
                 seed: st.SearchStrategy[int] | None = None) -> st.SearchStrategy[FaultPlan]:
-    """Plans of up to `max_faults` faults over `horizon` seconds (or `steps` steps).
+    """Plans of `min_faults` to `max_faults` faults over `horizon` seconds (or `steps` steps).
 
     Each flag enables one kind of fault. `drop`, `duplicate`, `reorder` are the rates of link
     faults (0 disables them); `delay` is the added latency in seconds. Kill nodes never kill
@@ -66,12 +69,16 @@ def fault_plans(*, nodes: int = 3, kill_workers: bool = False, kill_actors: bool
     """
     if nodes < 1:
         raise ValueError(f"fault_plans needs nodes >= 1, got {nodes}")
+    if REPLAY_PLAN is not None:
+        return st.just(REPLAY_PLAN)
     unit: Unit = "s" if steps is None else "step"
     span = horizon if steps is None else float(steps)
-    when = fault_times(horizon) if steps is None else fault_steps(steps)
+    tick = horizon / 100 if horizon > 0 else 0.1  # 100 instants over the horizon
+    when = fault_times(horizon, tick) if steps is None else fault_steps(steps)
     longest = max_duration if max_duration is not None else span
-    lasting = (fault_times(longest) if steps is None else fault_steps(max(1, int(longest)))) \
-        .map(lambda d: d + (0.1 if steps is None else 1.0))
+    lasting = (fault_times(longest, tick) if steps is None
+               else fault_steps(max(1, int(longest)))) \
+        .map(lambda d: round(d + (tick if steps is None else 1.0), 9))
     node = st.integers(0, nodes - 1)
     kinds: list[st.SearchStrategy[Fault]] = []
     if kill_workers:
@@ -100,7 +107,7 @@ def fault_plans(*, nodes: int = 3, kill_workers: bool = False, kill_actors: bool
     if not kinds:
         raise ValueError("fault_plans() with no fault enabled: pass kill_workers=True, "
                          "partitions=True, drop=0.05, ...")
-    faults = st.lists(st.one_of(kinds), max_size=max_faults)
+    faults = st.lists(st.one_of(kinds), min_size=min_faults, max_size=max_faults)
     seeds = seed if seed is not None else st.integers(0, 2**32 - 1)
     return st.builds(_plan, seeds, st.just(nodes), faults, st.just(unit))
 

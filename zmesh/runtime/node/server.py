@@ -40,6 +40,7 @@ from zmesh.runtime.node.mesh import MeshAgent
 from zmesh.runtime.node.objects import NodeObjects
 from zmesh.runtime.node.ops import QUERIES as OPS_QUERIES
 from zmesh.runtime.node.ops import NodeOps
+from zmesh.runtime.node.test_hooks import TEST_QUERIES, TestHooks, refuse
 from zmesh.runtime.node.user_kv import USER_KV_QUERIES, answer_kv_query
 from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
@@ -57,6 +58,7 @@ from zmesh.store.sweep import (
 )
 from zmesh.transports import open_endpoint
 from zmesh.transports.base import Endpoint
+from zmesh.transports.chaos import ChaosEndpoint
 
 logger = logging.getLogger("zmesh.node")
 
@@ -86,12 +88,14 @@ class Node:
         """With `loop`, the node runs on that loop's endpoint (any transport: peers and local
         clients share its one address) and `make_pool(node)` makes its worker pool; without,
         it binds tcp for peers plus an ipc socket for local clients, and forks workers.
-        `insecure`: tcp without CURVE; `testing`: enable the fault-injection query hooks."""
+        `insecure`: tcp without CURVE; `testing`: take faults at run time (see test_hooks:
+        the chaos transport around the endpoint and the block/chaos/workers queries)."""
         self.node_id = random_id(14).hex()
         self.testing = testing  # test hooks (the "block" query) exist only when set
         self.session_dir = session_dir
         self.parent_pid = parent_pid
         self.job_id = job_id or random_id(4).hex()
+        self.hooks: TestHooks | None = None
         if loop is None:
             # Peers reach the node on tcp (its identity in the mesh); local clients on ipc.
             # tcp is CURVE with the installed cluster credentials (node/credentials.py).
@@ -100,6 +104,9 @@ class Node:
             self.mesh_address = zmq_endpoint.address
             self.address = zmq_endpoint.bind_also(
                 f"ipc://{os.path.join(session_dir, 'node.sock')}")
+            if testing:  # a node for tests takes faults at run time (zmesh.testing)
+                self.endpoint = ChaosEndpoint(self.endpoint, seed=int.from_bytes(
+                    bytes.fromhex(self.node_id[:8]), "big"))
             self.loop = EventLoop(self.endpoint, "node")
         else:
             self.endpoint = loop.endpoint
@@ -144,6 +151,8 @@ class Node:
         self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())
         if self.mesh is not None:
             self.mesh.on_event = self.ops.count_membership
+        if testing and isinstance(self.endpoint, ChaosEndpoint):
+            self.hooks = TestHooks(self.loop, self.endpoint, self.workers, self._actor_name)
         self._register_handlers()
 
     # -- wiring ----------------------------------------------------------------------------
@@ -587,12 +596,10 @@ class Node:
         if what == "pending":
             return [{"name": p.name, "kind": p.kind, "reason": p.reason,
                      "infeasible": p.infeasible} for p in self.scheduler.pending()]
-        if what == "block":  # fault injection: cut the links to these nodes (both ways)
-            if not self.testing:
-                raise PermissionError("fault-injection hooks exist only in nodes started for "
-                                      "tests (zmesh.testing.Cluster)")
-            self.loop.blocked = frozenset(msgspec.msgpack.decode(arg))
-            return sorted(self.loop.blocked)
+        if what in TEST_QUERIES:
+            if self.hooks is None:
+                return refuse(what)
+            return self.hooks.answer(what, arg)
         if what == "leases":
             return [{"lease_id": le.lease_id.hex(), "name": le.name, "owner": le.owner,
                      "state": "granted" if le.worker is not None else
@@ -611,6 +618,10 @@ class Node:
             return {k: getattr(ts, k) for k in ts.__dataclass_fields__}
         return self.actors.answer(what, arg)
 
+
+    def _actor_name(self, actor_id: bytes) -> str:
+        entry = self.actors.actors.get(actor_id)
+        return entry.spec.name or entry.spec.class_name if entry is not None else ""
 
     def _sum_resources(self, field: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -661,7 +672,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--token", default="", help="the mesh's join token")
     p.add_argument("--token-file", default="", help="a file (mode 0600) holding the token")
     p.add_argument("--insecure", action="store_true", help="no authentication, no encryption")
-    p.add_argument("--testing", action="store_true", help="enable fault-injection hooks")
+    p.add_argument("--testing", action="store_true",
+                   help="take faults at run time (zmesh.testing clusters only)")
     p.add_argument("--announce", action="store_true",
                    help="print how to join this node and connect a driver (zmesh node)")
     a = p.parse_args(argv)

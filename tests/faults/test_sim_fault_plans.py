@@ -1,0 +1,121 @@
+"""Hypothesis fault schedules on the simulated mesh: one plan drives the run, History checks it.
+
+Each schedule runs 50 steps (tasks with retries, ref chains, numbered calls to an actor with
+max_restarts=-1 / max_task_retries=-1, puts read by tasks) under kills, pauses, partitions
+and 5% drop, all on virtual time; the figures go to the end-of-run summary.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import zmesh
+from zmesh.testing import FaultPlan, History, Violation, fault_plans, sim_mesh
+from zmesh.testing.plugin import record_run
+
+STEPS = 50
+SCHEDULES = 200
+FOUND: list[tuple[FaultPlan, list[Violation]]] = []
+
+
+@zmesh.remote(max_retries=-1)
+def square(x: int) -> int:
+    return x * x
+
+
+@zmesh.remote(max_retries=-1)
+def plus_one(x: int) -> int:
+    return x + 1
+
+
+@zmesh.remote(max_retries=-1)
+def total(refs: list[object]) -> int:
+    return int(sum(int(np.sum(zmesh.get(r))) for r in refs))
+
+
+@zmesh.remote(max_restarts=-1, max_task_retries=-1)
+class Sequencer:
+    def __init__(self) -> None:
+        self.born = time.time()
+        self.count = 0
+
+    def call(self, n: int) -> tuple[float, int, int]:
+        self.count += 1
+        return (self.born, self.count, n)
+
+
+def run_steps(history: History) -> None:
+    """STEPS operations, each resolved (value or documented error) before the next."""
+    seq = Sequencer.remote()  # type: ignore[attr-defined]
+    for i in range(STEPS):
+        kind = i % 4
+        if kind == 0:
+            op, ref, how = history.invoke("get", caller="tasks", expected=i * i), \
+                square.remote(i), None
+        elif kind == 1:
+            op, ref, how = history.invoke("get", caller="chains", expected=i + 3), \
+                plus_one.remote(plus_one.remote(plus_one.remote(i))), None
+        elif kind == 2:
+            op, ref, how = history.invoke("call", caller="seq", expected=i), \
+                seq.call.remote(i), "call"
+        else:
+            put = history.invoke("put", caller="puts", key=i)
+            data = zmesh.put(np.arange(i))
+            put.ok()
+            op, ref, how = history.invoke("get", caller="reads", key=i,
+                                          expected=sum(range(i))), total.remote([data]), None
+        try:
+            value = zmesh.get(ref, timeout=30)
+        except zmesh.exceptions.GetTimeoutError as exc:
+            op.indeterminate(exc)
+            continue
+        except zmesh.exceptions.RayError as exc:
+            op.fail(exc)
+            continue
+        if how == "call":
+            born, count, n = value
+            op.ok(n, applied=(born, count))
+        else:
+            op.ok(value)
+
+
+@settings(max_examples=SCHEDULES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(plan=fault_plans(kill_workers=True, kill_actors=True, kill_nodes=True, pauses=True,
+                        partitions=True, drop=0.05, min_faults=1, max_faults=6,
+                        horizon=0.03, max_duration=0.02))
+def test_hypothesis_schedules_on_the_simulated_mesh_keep_every_invariant(plan: FaultPlan) -> None:
+    history = History()
+    with sim_mesh(nodes=plan.nodes, seed=plan.seed, faults=plan) as mesh:
+        run_steps(history)
+        mesh.validate()
+        injected = mesh.faults_injected
+    violations = history.violations(get_bound=30.0)
+    record_run("simulated mesh (hypothesis)", seed=plan.seed, plan=plan, faults=injected,
+               ops=len(history.ops), violations=len(violations),
+               hung=sum(1 for op in history.ops if op.status == "indeterminate"))
+    if violations:
+        FOUND.append((plan, violations))
+
+
+def test_the_simulated_schedules_found_no_violation_outside_the_known_hangs() -> None:
+    """Collected over every schedule above (a run is not exactly repeatable yet, so failures
+    are gathered and judged here instead of shrunk). Unresolved gets of ref chains, of puts
+    read on another node, or of actor calls are the hangs this suite found: listed with
+    their plans and marked, not hidden; any other violation fails."""
+    unknown = [(p, v) for p, vs in FOUND for v in vs if not _known_hang(v)]
+    assert not unknown, "\n\n".join(f"{p}\n{v}" for p, v in unknown[:5])
+    if FOUND:
+        pytest.xfail("KNOWN BUG: gets of ref chains, cross-node reads or actor calls did not "
+                     "resolve (some with GetTimeoutError long before their 30 s timeout) under "
+                     "plans: "
+                     + "; ".join(p.to_json() for p, _ in FOUND[:5]))
+
+
+def _known_hang(v: Violation) -> bool:
+    return v.checker == "get_bound" and all(op.caller in ("chains", "reads", "seq")
+                                            for op in v.ops)
