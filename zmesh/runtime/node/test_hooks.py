@@ -99,5 +99,5 @@ def _tags_of(names: list[str]) -> frozenset[type]:
 
 def refuse(what: str) -> NoReturn:
     """Raise the error a node not started for tests gives to a test query."""
-    raise PermissionError(f"the {what!r} query is a fault-injection hook: only nodes started "
-                          "for tests (zmesh.testing, --testing) have it")
+    raise PermissionError(f"the {what!r} query is a fault-injection hook: it exists only in "
+                          "nodes started for tests (zmesh.testing, --testing)")
