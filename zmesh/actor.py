@@ -184,6 +184,7 @@ class ActorClass:
         handle = ActorHandle(actor_id, self.__name__, self._methods,
                              int(opts.get("max_task_retries", 0)), owned=True, life=life)
         handle._max_pending_calls = max_pending
+        handle._unordered = is_async or int(max_conc) > 1
         return handle
 
 
@@ -235,6 +236,8 @@ class ActorMethod:
         client = context.current_client()
         handle = self._handle
         rec = handle._record(client)
+        if handle._unordered:
+            rec.unordered = True
         limit = handle._max_pending_calls
         if limit > 0 and len(rec.pending) >= limit:
             from zmesh.errors import PendingCallsLimitExceeded
@@ -291,6 +294,7 @@ class ActorHandle:
         self._max_task_retries = max_task_retries
         self._owned = owned
         self._max_pending_calls = -1  # set by the creator; a passed handle has no limit
+        self._unordered = False  # threaded/async (known to the creating handle)
 
     def _record(self, client: Any) -> Any:
         return client.actors.track(self._actor_id, self._class_name, self._max_task_retries)

@@ -232,3 +232,33 @@ def test_constructor_ref_argument_that_failed_fails_the_actor(ray):
     h = Holder.remote(broken.remote())
     with pytest.raises((RayActorError, ValueError)):
         ray.get(h.get.remote(), timeout=30)
+
+
+def test_threaded_actor_call_with_unready_argument_does_not_hold_up_others(ray):
+    # observed Ray behaviour (threaded actors, max_concurrency > 1): a call waiting for its
+    # argument does not stop later calls that are ready from running.
+    @ray.remote
+    class Gate:
+        def __init__(self):
+            self.ev = threading.Event()
+
+        def wait(self):
+            self.ev.wait(60)
+            return "late"
+
+        def open(self):
+            self.ev.set()
+
+    @ray.remote(max_concurrency=4)
+    class Echo:
+        def echo(self, x):
+            return x
+
+    gate = Gate.options(max_concurrency=2).remote()
+    e = Echo.remote()
+    blocked = e.echo.remote(gate.wait.remote())
+    assert ray.get(e.echo.remote("ready"), timeout=30) == "ready"
+    ready, _ = ray.wait([blocked], timeout=0)
+    assert not ready
+    ray.get(gate.open.remote(), timeout=30)
+    assert ray.get(blocked, timeout=30) == "late"

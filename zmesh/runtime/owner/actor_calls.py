@@ -61,6 +61,7 @@ class ActorRecord:
     hold: bool = False  # this caller is killing the actor: send nothing from user threads
     out_of_scope: bool = False  # its last handle went: it ends once our calls complete
     ctor_refs: list[Any] = field(default_factory=list)  # constructor ref arguments, held
+    unordered: bool = False  # threaded or async: calls need not run in submission order
     killed_incarnation: int = -1  # an "alive" for it is stale news
 
     def wire(self, msg: m.ActorCall) -> m.ActorCall:
@@ -134,10 +135,9 @@ class ActorCaller:
         return refs first (pass their `task_id`): a call that fails at once sets their values."""
         client = self.client
         task_id = task_id or client.ids.task_id()
-        with self._lock:
-            seq = rec.seq
-            rec.seq += 1
-            rec.pending.add(seq)
+        seq = -1
+        if not (top_refs and rec.unordered):
+            seq = self._next_seq(rec)
         release = [r.id for r in top_refs] + nested_ids
         if release:
             client.objects.add_submitted(release)
@@ -236,18 +236,29 @@ class ActorCaller:
         self._on_state("", m.ActorState(actor_id=actor_id, state="dead",
                                         reason="it was killed by zmesh.kill()"), [])
 
+    def _next_seq(self, rec: ActorRecord) -> int:
+        with self._lock:
+            seq = rec.seq
+            rec.seq += 1
+            rec.pending.add(seq)
+        return seq
+
     def _resolve_then_send(self, rec: ActorRecord, task_id: bytes, seq: int, method: str,
                            data: bytes, top_refs: list[Any], release: list[bytes],
                            num_returns: int, backpressure: int = 0, group: str = "") -> None:
         resolved: list[m.Value | None] = [None] * len(top_refs)
         left = [len(top_refs)]
-        # the call keeps its seq: calls behind it wait in the actor's mailbox until it lands
+        # the call keeps its seq: calls behind it wait in the actor's mailbox until it lands;
+        # a threaded or async actor's call (seq -1) is numbered once its arguments are ready,
+        # so that calls made after it with ready arguments run first, as in Ray
 
         def on_ready(i: int, value: m.Value) -> None:
             resolved[i] = value
             left[0] -= 1
             if left[0] == 0:
-                msg = m.ActorCall(actor_id=rec.actor_id, caller=self.client.address, seq=seq,
+                wire_seq = seq if seq >= 0 else self._next_seq(rec)
+                msg = m.ActorCall(actor_id=rec.actor_id, caller=self.client.address,
+                                  seq=wire_seq,
                                   task_id=task_id, method=method,
                                   args=m.Args(data=data, refs=resolved),  # type: ignore[arg-type]
                                   num_returns=num_returns, backpressure=backpressure,
