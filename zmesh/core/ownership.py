@@ -22,7 +22,7 @@ __all__ = [
 
 
 # -- events ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AddLocal:
     """A ref to `object_id` was made in this process (created, received or deserialized)."""
 
@@ -30,28 +30,28 @@ class AddLocal:
     owner: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RemoveLocal:
     """A ref to `object_id` in this process was dropped."""
 
     object_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AddSubmitted:
     """Tasks that take these objects as arguments were submitted (one count each)."""
 
     object_ids: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RemoveSubmitted:
     """Those tasks finished (or the values holding the objects were freed)."""
 
     object_ids: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AddBorrower:
     """Another process holds refs to these (owned) objects."""
 
@@ -59,7 +59,7 @@ class AddBorrower:
     borrower: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RemoveBorrower:
     """That process stopped holding them."""
 
@@ -67,7 +67,7 @@ class RemoveBorrower:
     borrower: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BorrowerGone:
     """The process at `address` (or every one with ipc sockets under `prefix`) died: it
     borrows nothing any more."""
@@ -76,14 +76,14 @@ class BorrowerGone:
     prefix: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Escaped:
     """A ref left this process inside a return value: keep the object for its receiver."""
 
     object_ids: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HoldContained:
     """The value of owned `object_id` holds refs to `inner`: keep them while it lives."""
 
@@ -91,7 +91,7 @@ class HoldContained:
     inner: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HoldBorrowed:
     """Values `outer` (returns we got) hold `owner`'s objects `inner`: borrow them while
     the first of `outer` that we still track lives."""
@@ -101,14 +101,14 @@ class HoldBorrowed:
     owner: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadFailed:
     """Reading the stored copy of `object_id` failed (the copy is gone)."""
 
     object_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OwnerNodeDied:
     """A node died: owners at `address` or with ipc sockets under `ipc_prefix` died too."""
 
@@ -117,14 +117,14 @@ class OwnerNodeDied:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OwnerAnswered:
     """`owner` answered a probe: it lives."""
 
     owner: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProbeTimedOut:
     """`owner` did not answer a probe in time (timer event)."""
 
@@ -137,7 +137,7 @@ Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower |
 
 
 # -- actions --------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Free:
     """Nothing holds the object any more: free its copies (owned) or tell its owner we stop
     borrowing it; the objects in `held` were borrowed for its value and are released too."""
@@ -148,7 +148,7 @@ class Free:
     held: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RefuseBorrow:
     """No outer value of a `HoldBorrowed` lives: tell `owner` we borrow none of `inner`."""
 
@@ -156,7 +156,7 @@ class RefuseBorrow:
     owner: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FailBorrowed:
     """A borrowed object waiting for its value: its owner died, so it never comes."""
 
@@ -164,14 +164,14 @@ class FailBorrowed:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProbeOwner:
     """Ask `owner` whether it lives (and start the probe's timer)."""
 
     owner: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Verdict:
     """What a failed read means: `owner_died` (with `why`) or only the copy was lost."""
 
@@ -214,76 +214,93 @@ class Ownership:
     def handle(self, event: Event) -> list[Action]:
         """Apply one event; return what the shell must do."""
         out: list[Action] = []
-        match event:
-            case AddLocal(oid, owner):
-                rec = self.records.get(oid)
-                if rec is None:
-                    rec = self.records[oid] = Record(owner, owner == self.address)
-                rec.local += 1
-            case RemoveLocal(oid):
-                rec = self.records.get(oid)
-                if rec is not None:
-                    rec.local -= 1
-                    self._maybe_free(oid, out)
-            case AddSubmitted(oids):
-                for oid in oids:
-                    rec = self.records.get(oid)
-                    if rec is not None:
-                        rec.submitted += 1
-            case RemoveSubmitted(oids):
-                for oid in oids:
-                    rec = self.records.get(oid)
-                    if rec is not None:
-                        rec.submitted -= 1
-                        self._maybe_free(oid, out)
-            case AddBorrower(oids, borrower):
-                for oid in oids:
-                    rec = self.records.get(oid)
-                    if rec is not None:
-                        rec.borrowers.add(borrower)
-            case RemoveBorrower(oids, borrower):
-                for oid in oids:
-                    rec = self.records.get(oid)
-                    if rec is not None:
-                        rec.borrowers.discard(borrower)
-                        self._maybe_free(oid, out)
-            case BorrowerGone(address, prefix):
-                for oid, rec in list(self.records.items()):
-                    gone = {b for b in rec.borrowers
-                            if b == address or (prefix and b.startswith(prefix))}
-                    if gone:
-                        rec.borrowers -= gone
-                        self._maybe_free(oid, out)
-            case Escaped(oids):
-                for oid in oids:
-                    rec = self.records.get(oid)
-                    if rec is not None:
-                        rec.escaped = True
-            case HoldContained(oid, inner):
-                rec = self.records.get(oid)
-                if rec is not None:
-                    rec.contained = rec.contained + inner
-                    for i in inner:
-                        inner_rec = self.records.get(i)
-                        if inner_rec is not None:
-                            inner_rec.submitted += 1
-            case HoldBorrowed(outer, inner, owner):
-                self._hold_borrowed(outer, inner, owner, out)
-            case ReadFailed(oid):
-                self._read_failed(oid, out)
-            case OwnerNodeDied(address, prefix, why):
-                self._owner_node_died(address, prefix, why, out)
-            case OwnerAnswered(owner):
-                for oid in sorted(self.probing.pop(owner, ())):
-                    out.append(Verdict(oid, False, ""))
-            case ProbeTimedOut(owner):
-                why = f"its owner {owner} did not answer"
-                for oid in sorted(self.probing.pop(owner, ())):
-                    out.append(Verdict(oid, True, why))
-            case _:
-                raise TypeError(f"not an ownership event: {event!r}")
-        self.log.append((event, tuple(out)))
+        rule = _RULES.get(type(event))
+        if rule is None:
+            raise TypeError(f"not an ownership event: {event!r}")
+        rule(self, event, out)  # type: ignore[operator]
+        self.log.append((event, tuple(out) if out else ()))
         return out
+
+    # -- one rule per event (dispatched by type: this is the hot path of every ref) --------
+    def _add_local(self, e: AddLocal, out: list[Action]) -> None:
+        rec = self.records.get(e.object_id)
+        if rec is None:
+            rec = self.records[e.object_id] = Record(e.owner, e.owner == self.address)
+        rec.local += 1
+
+    def _remove_local(self, e: RemoveLocal, out: list[Action]) -> None:
+        rec = self.records.get(e.object_id)
+        if rec is not None:
+            rec.local -= 1
+            self._maybe_free(e.object_id, out)
+
+    def _add_submitted(self, e: AddSubmitted, out: list[Action]) -> None:
+        for oid in e.object_ids:
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.submitted += 1
+
+    def _remove_submitted(self, e: RemoveSubmitted, out: list[Action]) -> None:
+        for oid in e.object_ids:
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.submitted -= 1
+                self._maybe_free(oid, out)
+
+    def _add_borrower(self, e: AddBorrower, out: list[Action]) -> None:
+        for oid in e.object_ids:
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.borrowers.add(e.borrower)
+
+    def _remove_borrower(self, e: RemoveBorrower, out: list[Action]) -> None:
+        for oid in e.object_ids:
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.borrowers.discard(e.borrower)
+                self._maybe_free(oid, out)
+
+    def _borrower_gone(self, e: BorrowerGone, out: list[Action]) -> None:
+        address, prefix = e.address, e.prefix
+        for oid, rec in list(self.records.items()):
+            gone = {b for b in rec.borrowers
+                    if b == address or (prefix and b.startswith(prefix))}
+            if gone:
+                rec.borrowers -= gone
+                self._maybe_free(oid, out)
+
+    def _escaped(self, e: Escaped, out: list[Action]) -> None:
+        for oid in e.object_ids:
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.escaped = True
+
+    def _hold_contained(self, e: HoldContained, out: list[Action]) -> None:
+        rec = self.records.get(e.object_id)
+        if rec is not None:
+            rec.contained = rec.contained + e.inner
+            for i in e.inner:
+                inner_rec = self.records.get(i)
+                if inner_rec is not None:
+                    inner_rec.submitted += 1
+
+    def _on_hold_borrowed(self, e: HoldBorrowed, out: list[Action]) -> None:
+        self._hold_borrowed(e.outer, e.inner, e.owner, out)
+
+    def _on_read_failed(self, e: ReadFailed, out: list[Action]) -> None:
+        self._read_failed(e.object_id, out)
+
+    def _on_owner_node_died(self, e: OwnerNodeDied, out: list[Action]) -> None:
+        self._owner_node_died(e.address, e.ipc_prefix, e.why, out)
+
+    def _owner_answered(self, e: OwnerAnswered, out: list[Action]) -> None:
+        for oid in sorted(self.probing.pop(e.owner, ())):
+            out.append(Verdict(oid, False, ""))
+
+    def _probe_timed_out(self, e: ProbeTimedOut, out: list[Action]) -> None:
+        why = f"its owner {e.owner} did not answer"
+        for oid in sorted(self.probing.pop(e.owner, ())):
+            out.append(Verdict(oid, True, why))
 
     # -- rules ---------------------------------------------------------------------------
     def _maybe_free(self, oid: bytes, out: list[Action]) -> None:
@@ -376,3 +393,14 @@ def _mentions(item: Event | Action, object_id: bytes) -> bool:
         if value == object_id or (isinstance(value, tuple) and object_id in value):
             return True
     return False
+
+
+_RULES = {
+    AddLocal: Ownership._add_local, RemoveLocal: Ownership._remove_local,
+    AddSubmitted: Ownership._add_submitted, RemoveSubmitted: Ownership._remove_submitted,
+    AddBorrower: Ownership._add_borrower, RemoveBorrower: Ownership._remove_borrower,
+    BorrowerGone: Ownership._borrower_gone, Escaped: Ownership._escaped,
+    HoldContained: Ownership._hold_contained, HoldBorrowed: Ownership._on_hold_borrowed,
+    ReadFailed: Ownership._on_read_failed, OwnerNodeDied: Ownership._on_owner_node_died,
+    OwnerAnswered: Ownership._owner_answered, ProbeTimedOut: Ownership._probe_timed_out,
+}

@@ -82,9 +82,11 @@ class ObjectTable:
 
     def handle(self, event: Event) -> list[Action]:
         """Feed the core one event and carry out its actions; returns them too."""
-        freed: list[tuple[bytes, ObjectEntry]] = []
         with self.lock:
             actions = self.core.handle(event)
+            if not actions:
+                return actions
+            freed: list[tuple[bytes, ObjectEntry]] = []
             for action in actions:
                 match action:
                     case Free(oid, _owner, _owned, held):
