@@ -13,6 +13,12 @@ def zmesh_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
 
 
 def start_node(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], str]:
+    """Start `zmesh node`; a first node gets a join token in `env` (which later commands and
+    drivers started with `env` then share), as an operator would export ZMESH_TOKEN."""
+    if "--join" not in args and "--insecure" not in args and not env.get("ZMESH_TOKEN"):
+        from zmesh.security.keys import ClusterCredentials
+
+        env["ZMESH_TOKEN"] = ClusterCredentials.generate().token
     proc = subprocess.Popen([sys.executable, "-m", "zmesh", "node", "--num-cpus", "1", *args],
                             env=env, text=True, stdout=subprocess.PIPE)
     assert proc.stdout is not None
