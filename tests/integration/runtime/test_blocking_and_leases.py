@@ -77,7 +77,7 @@ def test_wait_inside_a_task_lends_its_cpu_like_get(ray):
     def leaf(i: int) -> int:
         return i
 
-    @ray.remote
+    @ray.remote(max_calls=1)  # one task per worker, so the two hold both CPUs
     def fan(n: int) -> int:
         refs = [leaf.remote(i) for i in range(n)]
         ready, _ = ray.wait(refs, num_returns=n)

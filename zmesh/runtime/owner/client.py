@@ -408,10 +408,15 @@ class CoreClient:
                 self.objects.when_ready(r.id, waiter.hit)
             me = threading.get_ident()
             self.interruptible[me] = waiter
+            hook = self.blocked_hook if not waiter.event.is_set() else None
+            if hook is not None:
+                hook(True)  # lend this task's CPU while it waits, as get does (Ray)
             try:
                 self.loop.wait_event(waiter.event, timeout)
             finally:
                 self.interruptible.pop(me, None)
+                if hook is not None:
+                    hook(False)
             if waiter.cancelled:
                 raise TaskCancelledError("the task was cancelled while blocked in wait()")
         out_ready: list[ObjectRef] = []
