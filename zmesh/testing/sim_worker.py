@@ -120,6 +120,7 @@ class SimWorkerPool:
         """Kill the worker's process; the node hears of its exit as from a fork server."""
         proc = self.procs.get(info.pid)
         if proc is not None and proc.alive:
+            self.mesh.note(f"{proc.name} killed with signal {sig} ({info.state})")
             self.mesh.kernel.kill(proc)
         kernel = self.mesh.kernel
         if self.proc.alive:

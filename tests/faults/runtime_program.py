@@ -1,0 +1,356 @@
+"""Random Ray-style programs under random fault schedules, run on the simulated mesh.
+
+A schedule is a list of steps: operations (tasks, chains, nested fan-out, puts, borrowed
+refs, refs returned from inside tasks, actors with restarts and numbered calls, placement
+groups, gets, dropped refs) mixed with faults (kill a worker, an actor, a node or an owner;
+pause a node; partition and heal; drop, duplicate, delay and reorder messages; slow a node).
+`run_schedule` runs one and returns the violations it saw; the invariants are listed on
+`Checker`.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import zmesh
+from zmesh.errors import GetTimeoutError, ZmeshError
+from zmesh.runtime import context
+from zmesh.testing import SimDeadlock, SimMesh, sim_mesh
+from zmesh.util.placement_group import placement_group, remove_placement_group
+from zmesh.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+GET_BOUND_S = 60.0  # virtual seconds a get may take once its faults have ended
+LOSSY_GET_BOUND_S = 10.0  # with messages lost for good a get may never finish: wait less
+CLEAN_BOUND_S = 120.0  # virtual seconds for everything to be released once no ref is left
+NODES = ("n0", "n1", "n2")
+
+totals: Counter[str] = Counter()  # printed at the end of the run by tests/conftest.py
+
+
+@zmesh.remote(max_retries=3)
+def add(x: int, d: int = 1) -> int:
+    return x + d
+
+
+@zmesh.remote(max_retries=3)
+def tree(depth: int, width: int, base: int) -> int:
+    if depth == 0:
+        return base
+    return sum(zmesh.get([tree.remote(depth - 1, width, base * width + i)
+                          for i in range(width)]))
+
+
+def tree_value(depth: int, width: int, base: int) -> int:
+    if depth == 0:
+        return base
+    return sum(tree_value(depth - 1, width, base * width + i) for i in range(width))
+
+
+@zmesh.remote(max_retries=3)
+def deref(box: list[Any]) -> Any:
+    return zmesh.get(box[0])
+
+
+@zmesh.remote(max_retries=3)
+def make_inner(v: int) -> list[Any]:
+    return [zmesh.put(v)]
+
+
+@zmesh.remote
+class Log:
+    """Numbered calls from one caller; answers (incarnation, every number seen since)."""
+
+    def __init__(self) -> None:
+        # each incarnation runs in a worker process of its own: its address names it
+        self.incarnation = context.current_client().address
+        self.seen: list[int] = []
+
+    def push(self, k: int) -> tuple[str, list[int]]:
+        self.seen.append(k)
+        return self.incarnation, list(self.seen)
+
+
+def _value(n: int, v: int) -> np.ndarray:
+    return np.full(n, v, dtype=np.int64)
+
+
+@dataclass
+class Pending:
+    """One operation whose result is still to be checked."""
+
+    kind: str
+    ref: Any
+    expected: Any
+    actor: int = -1
+    k: int = -1
+    deref: bool = False  # the value is a list holding a ref: check what it points at
+    group: Any = None  # the placement group it runs in: removing it may fail the task
+
+
+@dataclass
+class ActorRec:
+    handle: Any
+    restarts: int
+    retries: int
+    next_k: int = 0
+    results: dict[int, tuple[str, list[int]]] = field(default_factory=dict)
+    failed: set[int] = field(default_factory=set)
+
+
+class Checker:
+    """Runs one schedule and checks, after every step and at the end:
+
+    - every `get` gives the right value or a documented zmesh error (a `ZmeshError`) within
+      GET_BOUND_S virtual seconds once faults stop; with no fault before it, the right value;
+    - an actor's numbered calls run in order: each answer's list is increasing, and every
+      call answered by the same incarnation before it is in it (no gap in one incarnation);
+    - resources are never negative or above a node's total (`SimMesh.validate`, which also
+      runs every core's `validate()`);
+    - once every ref, handle and group is dropped, nothing stays owned by the driver, stored
+      on a live node, leased, or held, within CLEAN_BOUND_S.
+
+    Liveness is not required while messages may have been dropped or reordered: the runtime
+    assumes reliable FIFO links between live processes (ZeroMQ over tcp or ipc); the safety
+    checks still hold then.
+    """
+
+    def __init__(self, mesh: SimMesh) -> None:
+        self.mesh = mesh
+        self.pending: list[Pending] = []
+        self.puts: list[tuple[Any, np.ndarray]] = []
+        self.actors: list[ActorRec] = []
+        self.groups: list[Any] = []
+        self.removed_groups: set[bytes] = set()
+        self.violations: list[str] = []
+        self.faulted = False
+        self.lossy = False  # drop or reorder was on at some point
+        self.stats: Counter[str] = Counter()
+
+    # -- steps -----------------------------------------------------------------------------
+    def step(self, step: tuple[Any, ...]) -> None:
+        mesh = self.mesh
+        kind = step[0]
+        mesh.note(f"step {step}")
+        self.stats["steps"] += 1
+        if kind == "task":
+            self.pending.append(Pending("task", add.remote(step[1]), step[1] + 1))
+        elif kind == "chain":
+            ref = add.remote(step[1])
+            for _ in range(step[2] - 1):
+                ref = add.remote(ref)
+            self.pending.append(Pending("chain", ref, step[1] + step[2]))
+        elif kind == "tree":
+            self.pending.append(Pending("tree", tree.remote(step[1], step[2], 1),
+                                        tree_value(step[1], step[2], 1)))
+        elif kind == "put":
+            value = _value(step[1], step[2])
+            self.puts.append((zmesh.put(value), value))
+        elif kind == "borrow" and self.puts:
+            ref, value = self.puts[step[1] % len(self.puts)]
+            self.pending.append(Pending("borrow", deref.remote([ref]), value))
+        elif kind == "inner":
+            self.pending.append(Pending("inner", make_inner.remote(step[1]), step[1],
+                                        deref=True))
+        elif kind == "actor":
+            handle = Log.options(max_restarts=step[1],  # type: ignore[attr-defined]
+                                 max_task_retries=step[2]).remote()
+            self.actors.append(ActorRec(handle, step[1], step[2]))
+        elif kind == "call" and self.actors:
+            i = step[1] % len(self.actors)
+            rec = self.actors[i]
+            k = rec.next_k
+            rec.next_k += 1
+            self.pending.append(Pending("call", rec.handle.push.remote(k), None, actor=i, k=k))
+        elif kind == "pg":
+            pg = placement_group([{"CPU": 1}], strategy="PACK")
+            self.groups.append(pg)
+            strategy = PlacementGroupSchedulingStrategy(pg, 0)
+            self.pending.append(Pending("pg", add.options(
+                scheduling_strategy=strategy).remote(step[1]), step[1] + 1, group=pg.id))
+        elif kind == "unpg" and self.groups:
+            pg = self.groups.pop(step[1] % len(self.groups))
+            self.removed_groups.add(pg.id)
+            remove_placement_group(pg)
+        elif kind == "get" and self.pending:
+            self.resolve(self.pending.pop(step[1] % len(self.pending)))
+        elif kind == "forget" and self.pending:
+            self.pending.pop(step[1] % len(self.pending))
+        elif kind == "advance":
+            mesh.advance(step[1])
+        else:
+            self.fault(step)
+        self.validate()
+
+    def fault(self, step: tuple[Any, ...]) -> None:
+        mesh = self.mesh
+        kind = step[0]
+        before = mesh.faults_injected
+        if kind == "kill_worker":
+            mesh.kill_worker()
+        elif kind == "kill_actor" and self.actors:
+            mesh.kill_actor(self.actors[step[1] % len(self.actors)].handle)
+        elif kind == "kill_node" and step[1] in mesh.live_nodes():
+            mesh.kill_node(step[1])
+        elif kind == "kill_owner":
+            owners = [p.ref for p in self.pending if p.deref and p.ref is not None]
+            inner = [r for r in owners if _ready(r)]
+            if inner:
+                box = zmesh.get(inner[step[1] % len(inner)], timeout=GET_BOUND_S)
+                mesh.kill_owner(box[0])
+        elif kind == "pause" and step[1] in mesh.live_nodes():
+            mesh.pause_node(step[1])
+            mesh.after(step[2], lambda name=step[1]: mesh.resume_node(name))
+        elif kind == "partition":
+            mesh.partition({step[1]}, set(NODES) - {step[1]})
+            mesh.after(step[2], mesh.heal)
+        elif kind == "link":
+            _, drop, dup, delay, reorder, dur = step
+            rule = mesh.link_faults(drop=drop, duplicate=dup, delay=delay, reorder=reorder)
+            self.lossy = self.lossy or bool(drop or reorder)
+            mesh.after(dur, lambda: mesh.net.rules.remove(rule) if rule in mesh.net.rules
+                       else None)
+        elif kind == "slow":
+            mesh.slow_node(step[1], step[2])
+            mesh.after(step[3], lambda name=step[1]: mesh.slow_node(name, 0.0))
+        if mesh.faults_injected > before:
+            self.faulted = True
+
+    # -- checks ----------------------------------------------------------------------------
+    def validate(self) -> None:
+        try:
+            self.mesh.validate()
+        except AssertionError as exc:
+            self.violate(f"invariant: {exc}")
+
+    def violate(self, text: str) -> None:
+        self.violations.append(f"t={self.mesh.now:.3f}s {text}")
+        self.mesh.note(f"VIOLATION {text}")
+
+    def resolve(self, p: Pending) -> None:
+        self.stats["gets"] += 1
+        faulted = self.faulted
+        try:
+            bound = LOSSY_GET_BOUND_S if self.lossy else GET_BOUND_S
+            value = zmesh.get(p.ref, timeout=bound)
+            if p.deref:
+                value = zmesh.get(value[0], timeout=bound)
+        except GetTimeoutError as exc:
+            self.stats["timeouts"] += 1
+            if not self.lossy:
+                self.violate(f"{p.kind} get did not finish in {GET_BOUND_S:.0f}s: {exc}")
+            return
+        except SimDeadlock as exc:
+            self.violate(f"{p.kind} get deadlocked the simulation: {exc}")
+            return
+        except ZmeshError as exc:
+            self.stats["errors"] += 1
+            if p.kind == "call":
+                self.actors[p.actor].failed.add(p.k)
+            if not faulted and p.group not in self.removed_groups:
+                self.violate(f"{p.kind} failed with no fault injected: {exc!r}")
+            return
+        except Exception as exc:  # noqa: BLE001 - any other error is undocumented
+            self.violate(f"{p.kind} raised an undocumented {type(exc).__name__}: {exc}")
+            return
+        self.stats["values"] += 1
+        if p.kind == "call":
+            self.check_call(p, value)
+        elif isinstance(p.expected, np.ndarray):
+            if not (isinstance(value, np.ndarray) and np.array_equal(value, p.expected)):
+                self.violate(f"{p.kind} returned a wrong value")
+        elif value != p.expected:
+            self.violate(f"{p.kind} returned {value!r}, expected {p.expected!r}")
+
+    def check_call(self, p: Pending, value: Any) -> None:
+        rec = self.actors[p.actor]
+        incarnation, seen = value
+        if p.k not in seen or seen[-1] != p.k:
+            self.violate(f"actor {p.actor} call {p.k} answered with {seen}")
+        if any(a >= b for a, b in zip(seen, seen[1:])):
+            self.violate(f"actor {p.actor} ran calls out of order: {seen}")
+        for k, (inc, _) in rec.results.items():
+            if inc == incarnation and k < p.k and k not in seen:
+                self.violate(f"actor {p.actor} incarnation {incarnation} answered call {k} "
+                             f"but call {p.k} does not see it: {seen}")
+        rec.results[p.k] = (incarnation, seen)
+
+    def finish(self) -> None:
+        """Faults stop; every pending op is checked; then every ref is dropped and the mesh
+        must release everything."""
+        mesh = self.mesh
+        mesh.heal()
+        mesh.net.rules.clear()
+        mesh.net.slow.clear()
+        for name in mesh.node_names:
+            mesh.resume_node(name)
+        while self.pending:
+            self.resolve(self.pending.pop(0))
+            self.validate()
+        self.pending.clear()
+        self.puts.clear()
+        self.actors.clear()
+        while self.groups:  # (a loop variable would keep the last group's ready ref alive)
+            remove_placement_group(self.groups.pop())
+        gc.collect()
+        if self.lossy:
+            return  # a lost message may have lost a release too
+        for _ in range(int(CLEAN_BOUND_S / 0.5)):  # polled: leftovers() is not cheap
+            if not leftovers(mesh):
+                return
+            mesh.advance(0.5)
+        self.violate(f"not released once every ref was gone: {leftovers(mesh)}")
+
+
+def _ready(ref: Any) -> bool:
+    return bool(zmesh.wait([ref], timeout=0)[0])
+
+
+def leftovers(mesh: SimMesh) -> list[str]:
+    """What is still owned, stored, leased or held when nothing should be."""
+    out = []
+    driver = mesh.driver
+    assert driver is not None
+    owned = [oid.hex()[:12] for oid, e in driver.objects.entries.items()]
+    if owned:
+        out.append(f"driver holds {len(owned)} objects {owned[:4]}")
+    for name, n in mesh.nodes.items():
+        if not n.alive:
+            continue
+        node = n.node
+        stored = node.store.stats().num_objects
+        if stored:
+            out.append(f"{name} stores {stored} objects")
+        if node.leases:
+            out.append(f"{name} has {len(node.leases)} leases: " + ", ".join(
+                f"{le.name} of {le.owner} ({'granted' if le.worker else 'remote' if le.remote else 'waiting'})"
+                for le in node.leases.values()))
+        total, free = node.scheduler.total(), node.scheduler.available()
+        if free.get("CPU", 0.0) + 1e-9 < total.get("CPU", 0.0):
+            out.append(f"{name} CPU {free.get('CPU')} of {total.get('CPU')} free")
+    return out
+
+
+def run_schedule(seed: int, steps: list[tuple[Any, ...]]) -> tuple[list[str], SimMesh]:
+    """Run one schedule on a fresh 3-node mesh; the violations and the mesh (closed)."""
+    with sim_mesh(nodes=len(NODES), seed=seed, stall_limit=3 * GET_BOUND_S) as mesh:
+        checker = Checker(mesh)
+        try:
+            for step in steps:
+                checker.step(step)
+            checker.finish()
+        except SimDeadlock as exc:
+            checker.violate(f"the program deadlocked the simulation: {exc}")
+        totals["schedules"] += 1
+        totals["steps"] += checker.stats["steps"]
+        totals["faults injected"] += mesh.faults_injected
+        totals["gets checked"] += checker.stats["gets"]
+        totals["gets failed (documented errors)"] += checker.stats["errors"]
+        totals["gets timed out under message loss"] += checker.stats["timeouts"]
+        totals["messages"] += mesh.net.stats["sent"]
+        totals["violations"] += len(checker.violations)
+        return checker.violations, mesh
