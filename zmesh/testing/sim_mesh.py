@@ -97,7 +97,9 @@ class SimMesh:
         self.faults_injected = 0
         self.log: list[tuple[float, str]] = []
         self._pids = itertools.count(1000)
-        self._session = tempfile.mkdtemp(prefix="zmesh-sim-")
+        # stores and session files of every node, removed at close (in RAM where there is some)
+        self._session = tempfile.mkdtemp(
+            prefix="zmesh-sim-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         self._saved_client: Any = None
         self._started = False
 
@@ -148,15 +150,16 @@ class SimMesh:
         os.makedirs(session, exist_ok=True)
         node = Node(session, num_cpus=self.num_cpus, num_gpus=0.0, resources=self.resources,
                     object_store_memory=self.object_store_memory, loop=loop,
-                    make_pool=make_pool, rng=self.kernel.rng)
+                    make_pool=make_pool, rng=self.kernel.rng,
+                    store_root=os.path.join(self._session, "stores"))
         proc.on_kill.append(lambda: self._node_cleanup(node))
         self.processes.append(proc)
         return SimNode(name, proc, node, pools[0])
 
     def _node_cleanup(self, node: Node) -> None:
         node.loop.stop()
-        node.pool.close()
         try:
+            node.pool.close()
             node.objects.close()
             node.store.close()
         finally:
@@ -177,7 +180,10 @@ class SimMesh:
         self._started = False
         try:
             for proc in reversed(self.processes):
-                self.kernel.kill(proc)
+                try:
+                    self.kernel.kill(proc)
+                except Exception:  # noqa: BLE001 - the rest must still go
+                    logger.exception("closing simulated process %s failed", proc.name)
             self.kernel.close()
         finally:
             ids.set_id_source(None)

@@ -84,7 +84,7 @@ class Node:
                  labels: dict[str, str] | None = None, loop: EventLoop | None = None,
                  make_pool: Callable[[Node], Any] | None = None,
                  rng: random.Random | None = None, insecure: bool = False,
-                 testing: bool = False) -> None:
+                 testing: bool = False, store_root: str | None = None) -> None:
         """With `loop`, the node runs on that loop's endpoint (any transport: peers and local
         clients share its one address) and `make_pool(node)` makes its worker pool; without,
         it binds tcp for peers plus an ipc socket for local clients, and forks workers.
@@ -112,8 +112,9 @@ class Node:
             self.endpoint = loop.endpoint
             self.mesh_address = self.address = loop.address
             self.loop = loop
-        root = ensure_store_root(default_store_root())
-        sweep_dead_stores(root)
+        root = ensure_store_root(store_root or default_store_root())
+        if store_root is None:
+            sweep_dead_stores(root)
         self.store_dir = create_node_store_dir(root, self.node_id)
         self.store = ObjectStore(self.store_dir, object_store_memory)
         total = {"CPU": float(num_cpus), **({"GPU": float(num_gpus)} if num_gpus else {}),
