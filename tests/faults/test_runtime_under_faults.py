@@ -4,10 +4,12 @@ by default, 1,000 with --slow; counts are printed at the end of the run."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+import runtime_program
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from runtime_program import NODES, run_schedule
 
@@ -45,6 +47,8 @@ _step = st.one_of(_ops, _ops, _ops, _faults)  # about one step in four is a faul
 
 
 def _examples(config: Any) -> int:
+    if os.environ.get("ZMESH_FAULT_SCHEDULES"):
+        return int(os.environ["ZMESH_FAULT_SCHEDULES"])
     return 1000 if config.getoption("--slow") else 200
 
 
@@ -56,8 +60,11 @@ def n_examples(request: pytest.FixtureRequest) -> int:
 def test_random_programs_under_random_faults_keep_the_invariants(
         n_examples: int, pytestconfig: pytest.Config) -> None:
     failures: list[str] = []
+    runtime_program.strict_liveness = pytestconfig.getoption("--strict-liveness")
 
-    @settings(max_examples=n_examples, deadline=None, database=None,
+    # no shrinking: a failure prints its seed, steps and story; replay with run_schedule
+    @settings(max_examples=n_examples, deadline=None, database=None, derandomize=True,
+              phases=(Phase.explicit, Phase.generate),
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     @given(seed=st.integers(0, 2**32 - 1), steps=st.lists(_step, min_size=STEPS, max_size=STEPS))
     def check(seed: int, steps: list[tuple[Any, ...]]) -> None:
