@@ -104,3 +104,15 @@ def test_pause_holds_a_nodes_messages_until_resume() -> None:
         assert zmesh.wait([ref], timeout=2)[0] == []  # its node is frozen: nothing happens
         mesh.resume_node("n0")
         assert zmesh.get(ref, timeout=30) == 42
+
+
+@pytest.mark.parametrize("seed", [4, 1282173])
+def test_a_lease_passed_on_and_returned_before_its_origin_hears_is_released(seed: int) -> None:
+    # Found by the hypothesis run: n0 forwards a lease, the next node passes it on, the
+    # third grants it and the owner (with nothing left to run) returns it through n0 before
+    # n0 learns where it was granted; n0 sent the return to the middle node, which had
+    # forgotten the lease, so the granting node held a CPU forever.
+    from runtime_program import run_schedule
+
+    violations, _ = run_schedule(seed, [("task", 0)] * 50)
+    assert violations == []

@@ -11,6 +11,7 @@ and relays the state changes the hosting node reports to the owner and subscribe
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -26,12 +27,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("zmesh.node")
 
+PASSED_ON_LIMIT = 4096  # leases remembered after passing them on
+
 
 class Forwarder:
     """Carries out `Forward` decisions and answers the other nodes (loop thread only)."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        # Leases this node passed on to another (lease id -> where): a return that reaches
+        # us before the origin learned where the lease was granted follows it (bounded).
+        self.passed_on: OrderedDict[bytes, str] = OrderedDict()
         loop = node.loop
         loop.on(p.ForwardLease, self._on_forward_lease)
         loop.on(p.ForwardedLeaseState, self._on_lease_state)
@@ -68,6 +74,9 @@ class Forwarder:
                                                request=lease.request, hops=hops))
         if lease.origin:  # passing it on: the origin keeps the record, not us
             node.leases.pop(lease.lease_id, None)
+            self.passed_on[lease.lease_id] = address
+            while len(self.passed_on) > PASSED_ON_LIMIT:
+                self.passed_on.popitem(last=False)
         else:
             lease.remote = address
 
@@ -106,6 +115,12 @@ class Forwarder:
             lease.remote_granted = True
         else:
             self.node.leases.pop(msg.lease_id, None)
+
+    def return_passed_on(self, msg: m.ReturnLease) -> None:
+        """A return for a lease we passed on: send it after the lease."""
+        address = self.passed_on.pop(msg.lease_id, None)
+        if address is not None:
+            self.node.loop.send(address, msg)
 
     def return_remote(self, lease: LeaseInfo, owner_died: bool = False,
                       retire: bool = False) -> None:

@@ -435,6 +435,7 @@ class Node:
     def _on_return_lease(self, sender: str, msg: m.ReturnLease, bufs: list[Any]) -> None:
         lease = self.leases.get(msg.lease_id)
         if lease is None:
+            self.forwarder.return_passed_on(msg)
             return
         if lease.remote:
             self.forwarder.return_remote(lease, owner_died=msg.owner_died, retire=msg.retire)
