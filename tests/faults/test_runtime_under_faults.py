@@ -57,6 +57,7 @@ def n_examples(request: pytest.FixtureRequest) -> int:
     return _examples(request.config)
 
 
+@pytest.mark.timeout(1800)  # 200 schedules: ~1 min of CPU, more wall time on a busy machine
 def test_random_programs_under_random_faults_keep_the_invariants(
         n_examples: int, pytestconfig: pytest.Config) -> None:
     failures: list[str] = []
