@@ -49,8 +49,26 @@ class _Exported:
 
                     raise SerializationError(
                         describe_unpicklable(self._obj, cloudpickle.dumps, exc)) from exc
+                _check_code_size(self._obj, len(blob))
                 self.fn_id = hashlib.sha1(blob).digest()[:16]
                 self.blob = blob
+
+
+CODE_HEADROOM = 64 << 10
+"""Room left in a message header for the rest of a task or actor spec beside its code."""
+
+
+def _check_code_size(obj: Any, size: int) -> None:
+    """Code travels inline in task and actor messages: refuse code over the header limit
+    with a clear error (a message over it would be dropped by its receiver: a hang)."""
+    from zmesh.protocol.limits import default_limits
+
+    limit = default_limits().max_header_bytes - CODE_HEADROOM
+    if size > limit:
+        name = getattr(obj, "__qualname__", repr(obj))
+        raise ValueError(f"{name} pickles to {size} bytes, over the {limit} bytes its task or "
+                         "actor messages can carry: it probably captures a large object; "
+                         "put() the object and pass the ref instead")
 
 
 class RemoteFunction(Generic[R]):

@@ -6,6 +6,7 @@ import gc
 import sys
 
 import numpy as np
+import pytest
 
 
 def test_ref_nested_in_a_return_value_stays_alive_with_the_outer_value(ray):
@@ -92,3 +93,24 @@ def test_refs_inside_a_large_argument_list_still_resolve(ray):
 
     args = [[inner]] + list(range(60_000))
     assert ray.get(first_nested.remote(*args), timeout=120) == "inner-value"
+
+
+def test_code_too_large_for_a_message_fails_at_remote_not_a_hang(ray):
+    # issue #13 ("an over-limit message fails the call with a clear error, never a hang");
+    # Ray refuses over-large functions with a ValueError as well (function size check)
+    blob = np.random.default_rng(0).bytes(2 << 20)
+
+    @ray.remote
+    def uses_capture():
+        return len(blob)
+
+    with pytest.raises(ValueError, match="put"):
+        uses_capture.remote()
+
+    ref = ray.put(blob)
+
+    @ray.remote
+    def uses_ref(b):
+        return len(b)
+
+    assert ray.get(uses_ref.remote(ref), timeout=60) == 2 << 20
