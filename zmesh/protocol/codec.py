@@ -196,6 +196,10 @@ class DropWarnings:
         self.suppressed = 0
 
     def dropped(self, sender: object, exc: ProtocolError) -> None:
+        self.warn("dropped malformed message from %s: %s", _describe_sender(sender), exc)
+
+    def warn(self, fmt: str, *args: object, exc_info: bool = False) -> None:
+        """Log one warning about a dropped or failed message, unless over the budget."""
         now = time.monotonic()
         if now - self._since >= self.period_s:
             self._since, self._count = now, 0
@@ -205,8 +209,7 @@ class DropWarnings:
         self._count += 1
         more, self.suppressed = self.suppressed, 0
         tail = f" ({more} more dropped unlogged before this)" if more else ""
-        self.log.warning("dropped malformed message from %s: %s%s", _describe_sender(sender),
-                         exc, tail)
+        self.log.warning(fmt + "%s", *args, tail, exc_info=exc_info)
 
 
 def _describe_sender(sender: object) -> str:

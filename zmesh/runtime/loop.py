@@ -189,13 +189,14 @@ class EventLoop:
         self.received += 1  # for the message-rate metric (zmesh dashboard's /metrics)
         handler = self._handlers.get(type(msg))
         if handler is None:
-            logger.warning("%s: no handler for %s from %s; dropped", self.name,
-                           type(msg).__name__, sender)
+            self._drops.warn("%s: no handler for %s from %s; dropped", self.name,
+                             type(msg).__name__, sender)
             return
         try:
             handler(sender, msg, buffers)
-        except Exception:
-            logger.exception("%s: handler for %s failed", self.name, type(msg).__name__)
+        except Exception:  # a buggy peer's message must not stop the loop nor flood the log
+            self._drops.warn("%s: handler for %s from %s failed", self.name,
+                             type(msg).__name__, sender, exc_info=True)
 
     def _guard(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         try:
