@@ -115,6 +115,7 @@ class LocalCluster:
         plugin = sys.modules.get("zmesh.testing.plugin")
         if plugin is not None:  # under pytest: a failing test prints this plan and its replay
             plugin.note_plan(self.plan)
+            plugin.note_mesh(self)
         self._t0 = time.monotonic()
         if self.plan.unit == "s" and self._events:
             self._thread = threading.Thread(target=self._run_clock, name="zmesh-faults",
@@ -139,6 +140,7 @@ class LocalCluster:
         self.cluster.shutdown()
         plugin = sys.modules.get("zmesh.testing.plugin")
         if plugin is not None:
+            plugin.note_mesh(None)
             plugin.note_plan(self.plan, self.faults_injected())
 
     @property

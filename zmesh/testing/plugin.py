@@ -43,7 +43,7 @@ class RunRecord:
 
 
 _RUNS: list[RunRecord] = []
-_CURRENT: dict[str, Any] = {"test": "", "plan": None, "faults": 0}
+_CURRENT: dict[str, Any] = {"test": "", "plan": None, "faults": 0, "mesh": None}
 
 
 def record_run(suite: str, *, seed: int, plan: FaultPlan | None = None, faults: int,
@@ -58,6 +58,17 @@ def note_plan(plan: FaultPlan, faults: int = 0) -> None:
     """Remember the plan the current test ran last (printed with a replay line if it fails)."""
     _CURRENT["plan"] = plan
     _CURRENT["faults"] = int(_CURRENT["faults"]) + faults
+
+
+def note_mesh(mesh: Any) -> None:
+    """A target is running the current test's plan: its live fault count goes in the report."""
+    _CURRENT["mesh"] = mesh
+
+
+def _faults_now() -> int:
+    mesh = _CURRENT["mesh"]
+    live = int(mesh.faults_injected()) if mesh is not None else 0
+    return int(_CURRENT["faults"]) + live
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -80,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _CURRENT.update(test=item.nodeid, plan=None, faults=0)
+    _CURRENT.update(test=item.nodeid, plan=None, faults=0, mesh=None)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -91,7 +102,7 @@ def pytest_runtest_makereport(item: pytest.Item,
     plan = _CURRENT["plan"]
     if report.when != "call" or plan is None:
         return
-    report.user_properties.append(("zmesh_faults", _CURRENT["faults"]))
+    report.user_properties.append(("zmesh_faults", _faults_now()))
     if report.failed:
         report.sections.append(("zmesh fault plan", _replay_text(item, plan)))
 
