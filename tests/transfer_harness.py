@@ -23,6 +23,7 @@ import numpy as np
 from zmesh.protocol.messages.transfer import ChunkRequest
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.object_transfer import ObjectTransfer
+from zmesh.security import keys
 from zmesh.store.mapping import StoreMapper
 from zmesh.store.object_store import ObjectStore
 from zmesh.transports import open_endpoint
@@ -156,9 +157,13 @@ class PeerProcess:
     """A `TransferNode` in a child process (this file run as a script), driven by lines."""
 
     def __init__(self, address: str, store_dir: str, capacity: int, **options: Any) -> None:
+        # the child holds this process's credentials (tcp is CURVE + ZAP: a child with keys
+        # of its own would be another mesh, refused by ours and refusing us)
+        creds = keys.process_credentials()
+        env = {**os.environ, **({keys.TOKEN_ENV: creds.token} if creds is not None else {})}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, address, store_dir, str(capacity), json.dumps(options)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.address = self._line()
 
     def _line(self) -> str:
