@@ -124,7 +124,7 @@ def test_the_wrong_pipeline_is_caught_and_its_plan_shrunk() -> None:
 def find_breaking_plan() -> FaultPlan:
     return find(fault_plans(kill_workers=True, partitions=True, max_faults=4, horizon=0.02),
                 lambda plan: bool(check_on_sim(plan, wrong_pipeline_program)),
-                settings=settings(max_examples=60, deadline=None, database=None,
+                settings=settings(max_examples=150, deadline=None, database=None, derandomize=True,
                                   suppress_health_check=list(HealthCheck)))
 
 

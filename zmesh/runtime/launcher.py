@@ -121,6 +121,11 @@ def stop_node(proc: subprocess.Popen[bytes], session_dir: str, timeout: float = 
         os.rmdir(os.path.dirname(session_dir))  # the last one out takes the shared root
     except OSError:
         pass
+    # a node that was killed could not remove its object store: nobody else will until the
+    # next node starts, so sweep stores whose owner is dead now
+    from zmesh.store.sweep import sweep_dead_stores
+
+    sweep_dead_stores()
 
 
 def running_nodes() -> list[dict[str, Any]]:

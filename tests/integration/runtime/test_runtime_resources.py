@@ -164,11 +164,11 @@ INFEASIBLE_DRIVER = textwrap.dedent("""
         return 1
 
     ref = train.remote()
-    print("SUBMITTED", file=sys.stderr, flush=True)
+    sys.stderr.write("SUBMITTED\\n")  # one write: the node's warning may print meanwhile
     try:
         zmesh.get(ref, timeout=1.0)
     except zmesh.exceptions.GetTimeoutError as exc:
-        print("TIMEOUT " + str(exc), file=sys.stderr, flush=True)
+        sys.stderr.write("TIMEOUT " + str(exc) + "\\n")
     zmesh.shutdown()
 """)
 

@@ -506,7 +506,7 @@ class CoreClient:
         if msg.subject:
             self.tasks.pending_reasons[msg.subject] = msg.text
             self.actors.pending_reasons[msg.subject] = msg.text
-        print(f"zmesh warning: {msg.text}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"zmesh warning: {msg.text}\n")  # one write: no interleaving
 
     # -- logs ------------------------------------------------------------------------------
     def _on_log_lines(self, sender: str, msg: m.LogLines, bufs: list[Any]) -> None:
