@@ -38,12 +38,22 @@ class _QueueActor:
         return self.queue.full()
 
     async def put(self, item: Any, timeout: float | None = None) -> None:
+        if not self.queue.full():  # the common case: no task, no timer
+            self.queue.put_nowait(item)
+            return
+        if timeout is None:
+            await self.queue.put(item)
+            return
         try:
             await asyncio.wait_for(self.queue.put(item), timeout)
         except asyncio.TimeoutError:
             raise Full from None
 
     async def get(self, timeout: float | None = None) -> Any:
+        if not self.queue.empty():  # the common case: no task, no timer
+            return self.queue.get_nowait()
+        if timeout is None:
+            return await self.queue.get()
         try:
             return await asyncio.wait_for(self.queue.get(), timeout)
         except asyncio.TimeoutError:
