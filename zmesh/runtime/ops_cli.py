@@ -142,27 +142,65 @@ def add_memory_command(subparsers: Sub) -> None:
     p.set_defaults(handler=run_memory)
 
 
+def memory_report(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every object the mesh holds: its copies in the stores, and the references that keep
+    it alive in each driver and worker (asked directly, like Ray's `ray memory`)."""
+    objects: dict[str, dict[str, Any]] = {}
+
+    def entry(oid: str, owner: str) -> dict[str, Any]:
+        return objects.setdefault(oid, {"object_id": oid, "owner": owner, "size": None,
+                                        "copies": [], "references": []})
+
+    with NodeQuerier(credentials=credentials_for(args, args.address)) as q:
+        for row in _members(q, args.address):
+            try:
+                got = q.query(row["Address"], "memory")
+            except ZmeshError as exc:
+                print(f"zmesh: node {row['NodeID'][:12]} did not answer: {exc}",
+                      file=sys.stderr)
+                continue
+            for o in got["objects"]:
+                e = entry(o["object_id"], o["owner"])
+                e["size"] = o["size"]
+                e["copies"].append({"node_id": row["NodeID"], "copy": o["copy"],
+                                    "state": o["state"], "pinned_by": o["pinned_by"]})
+            for client in got.get("clients", []):
+                try:
+                    refs = q.query(client["address"], "refs", timeout=2.0)
+                except ZmeshError:
+                    continue  # exiting, or busy past the deadline: its refs are not shown
+                holder = f"{client['kind']} pid {client['pid']}"
+                for r in refs["refs"]:
+                    if r["kinds"]:
+                        entry(r["object_id"], r["owner"])["references"].append(
+                            {"holder": holder, "node_id": row["NodeID"],
+                             "kinds": r["kinds"], "borrowers": r["borrowers"]})
+    return sorted(objects.values(), key=lambda o: (o["owner"], -(o["size"] or 0)))
+
+
 def run_memory(args: argparse.Namespace) -> int:
     try:
-        rows = [{"node_id": node_id, **o}
-                for node_id, got in _ask_all(args, "memory") for o in got["objects"]]
+        rows = memory_report(args)
     except ZmeshError as exc:
         print(f"zmesh memory: {exc}", file=sys.stderr)
         return 1
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
+    total = sum(r["size"] or 0 for r in rows)
+    print(f"======== zmesh memory: {len(rows)} objects, {_size(total)} in stores ========")
     by_owner: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_owner.setdefault(r["owner"], []).append(r)
-    total = sum(r["size"] for r in rows)
-    print(f"======== zmesh memory: {len(rows)} objects, {_size(total)} ========")
     for owner, objs in sorted(by_owner.items()):
-        print(f"owner {owner}: {len(objs)} objects, {_size(sum(o['size'] for o in objs))}")
-        for o in sorted(objs, key=lambda o: -o["size"]):
-            pins = ",".join(o["pinned_by"]) or "-"
-            print(f"  {o['object_id'][:16]}  {_size(o['size']):>10}  node {o['node_id'][:12]}  "
-                  f"{o['copy']:<9} {o['state']:<8} pinned by {pins}")
+        print(f"owner {owner}: {len(objs)} objects")
+        for o in objs:
+            size = _size(o["size"]) if o["size"] is not None else "inline"
+            where = ",".join(f"{c['node_id'][:12]}({c['copy']})" for c in o["copies"]) or "-"
+            held = "; ".join(f"{ref['holder']}: {'+'.join(ref['kinds'])}"
+                             for ref in o["references"]) or "no references"
+            pins = ",".join(p for c in o["copies"] for p in c["pinned_by"]) or "-"
+            print(f"  {o['object_id'][:16]}  {size:>10}  in {where}  pinned by {pins}  {held}")
     return 0
 
 

@@ -34,6 +34,16 @@ class Greeter:
 g = Greeter.options(name="greeter").remote()
 print(zmesh.get(g.greet.remote("ops")), zmesh.get(square.remote(7)), flush=True)
 big = zmesh.put(np.zeros(2_000_000, dtype=np.uint8))   # 2 MB: in the store, not inline
+
+@zmesh.remote(num_gpus=1)
+def never():            # infeasible: no node has a GPU, so it never runs
+    return 0
+
+@zmesh.remote
+def consume(arr, gate):
+    return int(arr.sum())
+
+waiting = consume.remote(big, never.remote())   # pending on `gate`: it holds `big` meanwhile
 print("ready", flush=True)
 sys.stdin.readline()
 """
@@ -121,14 +131,21 @@ def test_timeline_is_a_chrome_trace_of_tasks_and_actor_calls(
     assert any(e["ph"] == "M" and e["name"] == "process_name" for e in doc["traceEvents"])
 
 
-def test_memory_lists_the_put_object_with_its_owner_and_size(
+def test_memory_lists_the_put_object_with_its_owner_size_and_references(
         mesh: tuple[dict[str, str], str]) -> None:
     env, hostport = mesh
     out = zmesh_cli(env, "memory", "--format", "json", "--address", hostport)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    big = [r for r in rows if r["size"] >= 2_000_000]
+    big = [r for r in rows if (r["size"] or 0) >= 2_000_000]
     assert len(big) == 1, rows
-    assert big[0]["owner"] and big[0]["copy"] == "primary" and big[0]["state"] == "sealed"
+    obj = big[0]
+    assert obj["owner"] and [c["copy"] for c in obj["copies"]] == ["primary"]
+    assert obj["copies"][0]["state"] == "sealed"
+    # Ray's reference kinds: the driver's own variable, and the task waiting to be given it
+    driver_refs = [r for r in obj["references"] if r["holder"].startswith("driver pid ")]
+    assert len(driver_refs) == 1, obj
+    assert {"LOCAL_REFERENCE", "USED_BY_PENDING_TASK"} <= set(driver_refs[0]["kinds"])
     table = zmesh_cli(env, "memory", "--address", hostport)
-    assert "zmesh memory: " in table.stdout and big[0]["object_id"][:16] in table.stdout
+    assert "zmesh memory: " in table.stdout and obj["object_id"][:16] in table.stdout
+    assert "LOCAL_REFERENCE+USED_BY_PENDING_TASK" in table.stdout

@@ -614,7 +614,9 @@ class Node:
         if what == "metrics":
             return self._metrics()
         if what == "memory":
-            return {"node_id": self.node_id, "objects": self.store.objects()}
+            return {"node_id": self.node_id, "objects": self.store.objects(),
+                    "clients": [{"address": c.address, "kind": c.kind, "pid": c.pid}
+                                for c in self.clients.values()]}
         if what == "transfer":
             ts = self.objects.transfer.stats()
             return {k: getattr(ts, k) for k in ts.__dataclass_fields__}

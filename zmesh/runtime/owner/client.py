@@ -32,6 +32,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.owner import refs_query
 from zmesh.runtime.owner.actor_calls import ActorCaller
 from zmesh.runtime.owner.node_watch import NodeWatch
 from zmesh.runtime.owner.objects import ObjectEntry, ObjectTable
@@ -117,6 +118,7 @@ class CoreClient:
         loop.on(m.Shutdown, lambda s, msg, b: None)
         loop.on(m.PlacementGroupState, self._on_pg_state)
         loop.on(m.NodeDied, self._on_node_died)
+        loop.on(m.Query, self._on_query)
         self.tasks.register(loop)
         self.actors.register(loop)
         self.node_watch = NodeWatch(loop, node_address, self._on_node_lost)
@@ -501,6 +503,9 @@ class CoreClient:
                 PlacementGroupError(msg.reason)))
         else:
             self.tasks.pending_reasons[f"pg:{msg.pg_id.hex()}"] = msg.reason
+
+    def _on_query(self, sender: str, msg: m.Query, bufs: list[Any]) -> None:
+        self.loop.send(sender, refs_query.answer(self.objects, self.address, self.kind, msg))
 
     def _on_warning(self, sender: str, msg: m.DriverWarning, bufs: list[Any]) -> None:
         if msg.subject:
