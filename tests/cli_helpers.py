@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 
@@ -27,3 +28,10 @@ def start_node(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], 
     found = re.search(r" is up at (\S+)", announce)
     assert found, announce
     return proc, found.group(1)
+
+
+def free_port() -> int:
+    """A tcp port on loopback that nothing listens on (as of now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -38,18 +38,6 @@ def square(x: int) -> int:
     return x * x
 
 
-@pytest.fixture(scope="module")
-def fuzzed() -> Iterator[Cluster]:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1},
-                      shutdown_at_exit=False)
-    try:
-        yield cluster
-    finally:
-        if zmesh.is_initialized():
-            zmesh.shutdown()
-        cluster.shutdown()
-
-
 def _baseline(cluster: Cluster) -> tuple[int, int, int]:
     """(pid, fds, rss) of the node once it has answered a Hello over tcp."""
     assert cluster.head_node is not None
@@ -183,8 +171,8 @@ def _fuzz(cluster: Cluster, *, frames: int, connections: int, seed: int) -> dict
 
 
 @pytest.mark.timeout(600)
-def test_fuzzing_the_tcp_port_leaves_the_node_serving_with_bounded_fds(fuzzed: Cluster) -> None:
-    counts = _fuzz(fuzzed, frames=10_000, connections=2_000, seed=7)
+def test_fuzzing_the_tcp_port_leaves_the_node_serving_with_bounded_fds(mesh: Cluster) -> None:
+    counts = _fuzz(mesh, frames=10_000, connections=2_000, seed=7)
     assert counts["stranger_frames"] + counts["member_frames"] >= 9_000
     assert counts["connections"] == 2_000
     print("fuzz", counts)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import start_node, zmesh_cli
+from cli_helpers import free_port, start_node, zmesh_cli
 
 from zmesh.security.keys import ClusterCredentials
 
@@ -38,11 +38,6 @@ def _stop(*procs: subprocess.Popen[str]) -> None:
         p.wait(15)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_an_abbreviated_flag_is_an_error_not_a_guess(env: dict[str, str]) -> None:
     out = zmesh_cli(env, "node", "--num-cpu", "2")
@@ -64,7 +59,7 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_fix(env: dict[str, st
 
 
 def test_joining_a_dead_seed_fails_instead_of_running_alone(env: dict[str, str]) -> None:
-    dead = _free_port()
+    dead = free_port()
     token = ClusterCredentials.generate().token  # a well-formed token for a mesh that is gone
     out = subprocess.run([sys.executable, "-m", "zmesh", "node", "--num-cpus", "1",
                           "--join", f"127.0.0.1:{dead}", "--token", token],
@@ -80,7 +75,7 @@ def test_init_to_a_wrong_port_fails_at_once_with_the_reason(env: dict[str, str])
         import time, zmesh
         t = time.monotonic()
         try:
-            zmesh.init(address="127.0.0.1:{_free_port()}")
+            zmesh.init(address="127.0.0.1:{free_port()}")
         except ConnectionError as exc:
             print("ERR", round(time.monotonic() - t, 1), exc)
     """)

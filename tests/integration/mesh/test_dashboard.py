@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from cli_helpers import start_node
+from cli_helpers import free_port, start_node
 
 DRIVER = """
 import sys, zmesh
@@ -64,17 +63,12 @@ class Mesh:
     other: subprocess.Popen[str]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture
 def mesh() -> Iterator[Mesh]:
     root = tempfile.mkdtemp(prefix="zd-", dir="/tmp")
     env = dict(os.environ, TMPDIR=root)
-    port = _free_port()
+    port = free_port()
     head = subprocess.Popen([sys.executable, "-m", "zmesh", "node", "--num-cpus", "2",
                              "--dashboard-port", str(port)],
                             env=env, text=True, stdout=subprocess.PIPE)

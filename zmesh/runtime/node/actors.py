@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from zmesh.core import actor_lifecycle as life
-from zmesh.core.never import assert_never
+from zmesh.core.exhaustive import assert_never
 from zmesh.core.scheduling import (
     Dispatch,
     Failed,
