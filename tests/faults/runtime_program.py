@@ -179,8 +179,14 @@ class Checker:
             rec.next_k += 1
             self.pending.append(Pending("call", rec.handle.push.remote(k), None, actor=i, k=k))
         elif kind == "pg":
-            pg = placement_group([{"CPU": 1}], strategy="PACK")
-            self.groups.append(pg)
+            # One live group at most: a group holds a CPU, and once n1 and n2 are killed two
+            # groups would hold all of n0's, so plain tasks would wait forever, rightly (as
+            # in Ray), and that is the program's doing, not the runtime's.
+            if self.groups:
+                pg = self.groups[-1]
+            else:
+                pg = placement_group([{"CPU": 1}], strategy="PACK")
+                self.groups.append(pg)
             strategy = PlacementGroupSchedulingStrategy(pg, 0)
             self.pending.append(Pending("pg", add.options(
                 scheduling_strategy=strategy).remote(step[1]), step[1] + 1, group=pg.id))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "AddBorrower", "AddLocal", "AddSubmitted", "BorrowerGone", "Event", "Action", "Escaped", "Free",
-    "FailBorrowed", "HoldBorrowed", "HoldContained", "OwnerAnswered", "OwnerNodeDied",
+    "FailBorrowed", "HoldBorrowed", "HoldContained", "OwnerAnswered", "OwnerDied", "OwnerNodeDied",
     "Ownership", "ProbeOwner", "ProbeTimedOut", "ReadFailed", "RefuseBorrow", "RemoveBorrower",
     "RemoveLocal", "RemoveSubmitted", "Verdict",
 ]
@@ -118,6 +118,15 @@ class OwnerNodeDied:
 
 
 @dataclass(slots=True)
+class OwnerDied:
+    """The owner at `owner` (one process) died: seen by its silence while we awaited a value
+    it owns. Its objects we borrow fail with `why`."""
+
+    owner: str
+    why: str
+
+
+@dataclass(slots=True)
 class OwnerAnswered:
     """`owner` answered a probe: it lives."""
 
@@ -132,8 +141,8 @@ class ProbeTimedOut:
 
 
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
-         | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerAnswered
-         | ProbeTimedOut)
+         | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
+         | OwnerAnswered | ProbeTimedOut)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -293,6 +302,9 @@ class Ownership:
     def _on_owner_node_died(self, e: OwnerNodeDied, out: list[Action]) -> None:
         self._owner_node_died(e.address, e.ipc_prefix, e.why, out)
 
+    def _on_owner_died(self, e: OwnerDied, out: list[Action]) -> None:
+        self._owner_node_died(e.owner, "", e.why, out)
+
     def _owner_answered(self, e: OwnerAnswered, out: list[Action]) -> None:
         for oid in sorted(self.probing.pop(e.owner, ())):
             out.append(Verdict(oid, False, ""))
@@ -402,5 +414,6 @@ _RULES = {
     BorrowerGone: Ownership._borrower_gone, Escaped: Ownership._escaped,
     HoldContained: Ownership._hold_contained, HoldBorrowed: Ownership._on_hold_borrowed,
     ReadFailed: Ownership._on_read_failed, OwnerNodeDied: Ownership._on_owner_node_died,
+    OwnerDied: Ownership._on_owner_died,
     OwnerAnswered: Ownership._owner_answered, ProbeTimedOut: Ownership._probe_timed_out,
 }

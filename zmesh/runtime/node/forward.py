@@ -38,6 +38,9 @@ class Forwarder:
         # Leases this node passed on to another (lease id -> where): a return that reaches
         # us before the origin learned where the lease was granted follows it (bounded).
         self.passed_on: OrderedDict[bytes, str] = OrderedDict()
+        # Leases other nodes forwarded here (bounded): a duplicated ForwardLease is ignored,
+        # not placed a second time (that failed the task with "already submitted").
+        self.taken: OrderedDict[bytes, None] = OrderedDict()
         loop = node.loop
         loop.on(p.ForwardLease, self._on_forward_lease)
         loop.on(p.ForwardedLeaseState, self._on_lease_state)
@@ -89,6 +92,11 @@ class Forwarder:
 
     # -- taking work from another node -----------------------------------------------------
     def _on_forward_lease(self, sender: str, msg: p.ForwardLease, bufs: list[Any]) -> None:
+        if msg.lease_id in self.taken or msg.lease_id in self.node.leases:
+            return
+        self.taken[msg.lease_id] = None
+        while len(self.taken) > PASSED_ON_LIMIT:
+            self.taken.popitem(last=False)
         req = msg.request
         lease = LeaseInfo(msg.lease_id, req.owner, req.request_id, req.name, request=req,
                           origin=msg.origin)

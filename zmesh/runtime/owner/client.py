@@ -391,9 +391,13 @@ class CoreClient:
                 if entry is not None and not entry.owned and not entry.requested:
                     entry.requested = True
                     todo.append(ref)
+        by_owner: dict[str, list[bytes]] = {}
         for ref in todo:
             self.loop.send_threadsafe(ref.owner, m.GetObject(object_id=ref.id,
                                                              requester=self.address))
+            by_owner.setdefault(ref.owner, []).append(ref.id)
+        for owner, ids in by_owner.items():  # an owner that died never answers: watch it
+            self.loop.call_soon(self.owner_probe.watch, owner, ids)
 
     def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None
              ) -> tuple[list[ObjectRef], list[ObjectRef]]:

@@ -5,11 +5,18 @@ A reader whose borrowed copy is gone asks the core (`ReadFailed`). If the owner'
 already reported dead, the owner died. Otherwise the core asks for a probe: we ping the
 owner; its answer means only the copy was lost, while the news of its node's death, a send
 that cannot reach it, or no answer within the peer timeout mean the owner died.
+
+A reader that awaits a value a borrowed ref's owner has not sent yet watches that owner
+(`watch`): it pings it every second until the values come, and an owner silent for
+`owner_timeout_s()` died, so those values fail with OwnerDiedError, as in Ray, instead of
+never coming (a worker that owned a `put` and was killed is seen by nobody else).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +27,7 @@ from zmesh.core.ownership import (
     FailBorrowed,
     Free,
     OwnerAnswered,
+    OwnerDied,
     ProbeOwner,
     ProbeTimedOut,
     ReadFailed,
@@ -29,10 +37,20 @@ from zmesh.core.ownership import (
 from zmesh.errors import OwnerDiedError
 from zmesh.protocol.messages.common import Ping, Pong
 from zmesh.runtime import values
-from zmesh.runtime.owner.node_watch import node_timeout_s
+from zmesh.runtime.owner.node_watch import PING_PERIOD_S, node_timeout_s
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
+
+
+def owner_timeout_s() -> float:
+    """Silence after which the owner of a value we await counts as dead (ZMESH_OWNER_TIMEOUT_S,
+    default 10 s, never above the peer timeout)."""
+    try:
+        wanted = float(os.environ.get("ZMESH_OWNER_TIMEOUT_S", "10"))
+    except ValueError:
+        wanted = 10.0
+    return max(1.0, min(wanted, node_timeout_s()))
 
 
 class OwnerProbe:
@@ -44,6 +62,11 @@ class OwnerProbe:
         self._probes: dict[int, str] = {}  # ping seq (negative) -> owner
         self._seqs = itertools.count(1)
         self.timeout = node_timeout_s()
+        self.watch_timeout = owner_timeout_s()
+        self._awaited: dict[str, set[bytes]] = {}  # watched owner -> values we await from it
+        self._heard: dict[str, float] = {}  # watched owner -> when it last answered
+        self._watch_pings: dict[int, str] = {}  # the latest ping seq (negative) -> owner
+        self._last_tick: dict[str, float] = {}
         loop = client.loop
         loop.on(Ping, self._on_ping)
         loop.on(Pong, self._on_pong)
@@ -104,6 +127,50 @@ class OwnerProbe:
 
         self.client.loop.call_later(self.timeout, expire)
 
+    # -- watching the owners of values we await -----------------------------------------------
+    def watch(self, owner: str, object_ids: Iterable[bytes]) -> None:
+        """(loop thread) We await the values of `object_ids`, owned by `owner`: ping it until
+        they come; if it stays silent for `watch_timeout`, it died and they fail."""
+        if owner == self.client.address:
+            return
+        waiting = self._awaited.setdefault(owner, set())
+        first = not waiting
+        waiting.update(object_ids)
+        if first:
+            now = self.client.loop.clock()
+            self._heard[owner] = self._last_tick[owner] = now
+            self._watch_tick(owner)
+
+    def _watch_tick(self, owner: str) -> None:
+        waiting = self._awaited.get(owner)
+        if waiting is None:
+            return
+        entries = self.client.objects.entries
+        for oid in [o for o in waiting if (e := entries.get(o)) is None or e.value is not None]:
+            waiting.discard(oid)
+        loop = self.client.loop
+        now = loop.clock()
+        if now - self._last_tick[owner] > self.watch_timeout / 2:
+            self._heard[owner] = now  # we stood still: its answers may be queued
+        self._last_tick[owner] = now
+        silent = now - self._heard[owner]
+        if not waiting or silent > self.watch_timeout:
+            self._awaited.pop(owner, None)
+            self._heard.pop(owner, None)
+            self._last_tick.pop(owner, None)
+            for seq in [s for s, o in self._watch_pings.items() if o == owner]:
+                del self._watch_pings[seq]
+            if waiting:
+                self.feed(OwnerDied(owner, f"its owner {owner} did not answer for "
+                                           f"{silent:.0f}s"))
+            return
+        for seq in [s for s, o in self._watch_pings.items() if o == owner]:
+            del self._watch_pings[seq]
+        seq = -next(self._seqs)
+        self._watch_pings[seq] = owner
+        loop.send(owner, Ping(seq=seq))
+        loop.call_later(PING_PERIOD_S, lambda: self._watch_tick(owner))
+
     def _on_ping(self, sender: str, msg: Ping, bufs: list[Any]) -> None:
         self.client.loop.send(sender, Pong(seq=msg.seq))
 
@@ -111,6 +178,9 @@ class OwnerProbe:
         if msg.seq >= 0:
             self.client.node_watch.on_pong(sender, msg, bufs)
             return
+        watched = self._watch_pings.pop(msg.seq, None)
+        if watched is not None and watched in self._heard:
+            self._heard[watched] = self.client.loop.clock()
         owner = self._probes.pop(msg.seq, None)
         if owner is not None:
             self.feed(OwnerAnswered(owner))

@@ -1,0 +1,58 @@
+"""Liveness bugs the random schedules found on the simulated mesh, each shrunk to a few
+steps and kept here: every get resolves (a value or a documented error) within the bound and
+everything is released afterwards, with liveness strict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import runtime_program
+
+import zmesh
+from zmesh.errors import OwnerDiedError
+from zmesh.testing import sim_mesh
+
+
+@zmesh.remote
+def make_inner(v: int) -> list[Any]:
+    return [zmesh.put(v)]
+
+
+def test_a_borrowed_ref_whose_owner_worker_died_fails_promptly_with_owner_died() -> None:
+    # Ray's rule: an object whose owner died is lost (OwnerDiedError). The borrower was
+    # never told of a worker's death (only a node's) and waited forever.
+    with sim_mesh(nodes=2, seed=3) as mesh:
+        box = zmesh.get(make_inner.remote(7), timeout=30)
+        assert mesh.kill_worker(box[0].owner)
+        start = mesh.now
+        with pytest.raises(OwnerDiedError, match="did not answer"):
+            zmesh.get(box[0], timeout=60)
+        assert mesh.now - start < 20.0
+
+
+# (seed, steps, what it was): each shrunk from a failing random schedule
+SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
+    (406, [("inner", 100), ("inner", 70), ("get", 81), ("kill_worker",)],
+     "a borrower of a put whose owning worker was killed waited forever"),
+    (24050622, [("put", 200000, 5), ("chain", 71, 1), ("slow", "n1", 0.5, 0.2),
+                ("chain", 45, 2), ("link", 0.05, 0.0, 0.0, 0.1, 5.0), ("kill_node", "n2"),
+                ("task", 42), ("chain", 57, 3), ("inner", 41), ("kill_worker",),
+                ("link", 0.05, 0.1, 0.3, 0.0, 5.0), ("inner", 60), ("inner", 69),
+                ("link", 0.05, 0.1, 0.3, 0.0, 5.0), ("pg", 100), ("borrow", 6),
+                ("slow", "n0", 0.05, 5.0), ("tree", 3, 3), ("advance", 0.5),
+                ("put", 200000, 5)],
+     "a duplicated ForwardLease was placed twice: the task failed with an undocumented "
+     "'work id was already submitted'"),
+    (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
+     "the program's own two groups held every CPU left (n0's): the program now keeps one "
+     "group at most, so a plain task always has a CPU"),
+]
+
+
+@pytest.mark.parametrize("seed,steps,what", SCHEDULES, ids=[str(s[0]) for s in SCHEDULES])
+def test_shrunk_schedules_keep_liveness(seed: int, steps: list[tuple[Any, ...]], what: str,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime_program, "strict_liveness", True)
+    violations, mesh = runtime_program.run_schedule(seed, steps)
+    assert not violations, f"{what}:\n" + "\n".join(violations) + "\n" + mesh.story(60)
