@@ -40,7 +40,7 @@ class Forwarder:
         self.passed_on: OrderedDict[bytes, str] = OrderedDict()
         # Leases other nodes forwarded here (bounded): a duplicated ForwardLease is ignored,
         # not placed a second time (that failed the task with "already submitted").
-        self.taken: OrderedDict[bytes, None] = OrderedDict()
+        self.taken: OrderedDict[tuple[bytes, int], None] = OrderedDict()
         loop = node.loop
         loop.on(p.ForwardLease, self._on_forward_lease)
         loop.on(p.ForwardedLeaseState, self._on_lease_state)
@@ -92,9 +92,10 @@ class Forwarder:
 
     # -- taking work from another node -----------------------------------------------------
     def _on_forward_lease(self, sender: str, msg: p.ForwardLease, bufs: list[Any]) -> None:
-        if msg.lease_id in self.taken or msg.lease_id in self.node.leases:
+        key = (msg.lease_id, msg.hops)  # a lease may come back after more hops, not twice
+        if key in self.taken:
             return
-        self.taken[msg.lease_id] = None
+        self.taken[key] = None
         while len(self.taken) > PASSED_ON_LIMIT:
             self.taken.popitem(last=False)
         req = msg.request
