@@ -8,7 +8,7 @@ is only used when every node has reserved its part).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from zmesh.core.gpu_ids import GpuIdPool
 from zmesh.core.resources import GPU, SCALE, ResourceSet, explain_shortfall
@@ -54,11 +54,14 @@ class BundleTable:
 
     def reserve(self, pg_id: str, shapes: Mapping[int, ResourceSet]) -> str | None:
         """Reserve every bundle in `shapes` (index -> amounts), or none: None when done,
-        else the reason it does not fit now. Replaces an uncommitted earlier reservation."""
+        else the reason it does not fit now. Replaces an uncommitted earlier reservation;
+        committed bundles stay (a group rescheduled after a node died adds bundles here)."""
         if pg_id in self._groups:
-            if any(b.committed for b in self._groups[pg_id].values()):
-                raise ValueError(f"placement group {pg_id!r} already has committed bundles here")
-            self.release(pg_id)
+            taken = sorted(i for i, b in self._groups[pg_id].items() if b.committed and i in shapes)
+            if taken:
+                raise ValueError(f"placement group {pg_id!r} already has committed bundles "
+                                 f"{taken} here")
+            self.abort(pg_id)
         whole = ResourceSet()
         for shape in shapes.values():
             whole = whole + shape
@@ -81,7 +84,7 @@ class BundleTable:
             made[index] = Bundle(pg_id, index, shape, pool, ids)
         for k, v in whole.items():
             self._node_free[k] -= v
-        self._groups[pg_id] = made
+        self._groups.setdefault(pg_id, {}).update(made)
         return None
 
     def reserved_from_node(self) -> dict[str, int]:
@@ -101,18 +104,28 @@ class BundleTable:
     def release(self, pg_id: str) -> list[Bundle]:
         """Give a group's bundles back to the node, whatever runs in them (caller evicts it)."""
         group = self._groups.pop(pg_id, {})
-        for bundle in group.values():
+        self._give_back(group.values())
+        return list(group.values())
+
+    def abort(self, pg_id: str) -> None:
+        """Drop the uncommitted bundles of a group (a multi-node attempt failed elsewhere);
+        committed ones stay."""
+        group = self._groups.get(pg_id)
+        if group is None:
+            return
+        dropped = [b for b in group.values() if not b.committed]
+        for bundle in dropped:
+            del group[bundle.index]
+        if not group:
+            del self._groups[pg_id]
+        self._give_back(dropped)
+
+    def _give_back(self, bundles: Iterable[Bundle]) -> None:
+        for bundle in bundles:
             for k, v in bundle.total.items():
                 self._node_free[k] += v
             if bundle.node_gpu_ids:
                 self._node_gpus.release(bundle.node_gpu_ids, bundle.total.get_amount(GPU))
-        return list(group.values())
-
-    def abort(self, pg_id: str) -> None:
-        """Drop an uncommitted reservation (a multi-node attempt failed elsewhere)."""
-        group = self._groups.get(pg_id)
-        if group is not None and not any(b.committed for b in group.values()):
-            self.release(pg_id)
 
     def fit(self, pg_id: str, index: int, place: ResourceSet, hold: ResourceSet) -> Bundle | None:
         """A committed bundle of the group (`index`, or any for -1) with room now, or None."""

@@ -4,6 +4,11 @@ The coordinating node computes an assignment over its cluster view, reserves its
 bundles, and asks each other node to prepare its part (PGPrepare). Only when every node
 has said yes are the reservations committed (PGCommit) and the group ready; one refusal,
 or a node dying, aborts the attempt everywhere (PGAbort) and the group waits to retry.
+
+When a node holding bundles of a ready group dies, the group is RESCHEDULING (as in Ray's
+GCS): only the lost bundles are placed again, on live nodes and under the group's strategy
+(`place_lost_bundles`), by the same prepare/commit round; the surviving bundles and the work
+in them stay. Until the lost bundles fit, the group waits and is retried like a pending one.
 """
 
 from __future__ import annotations
@@ -11,7 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-from zmesh.core.placement import Unplaceable, place_bundles, validate_bundles, validate_strategy
+from zmesh.core.placement import (
+    Unplaceable,
+    place_bundles,
+    place_lost_bundles,
+    validate_bundles,
+    validate_strategy,
+)
 from zmesh.core.resources import NodeResources, ResourceSet
 from zmesh.core.scheduling import (
     BundlesPrepared,
@@ -23,11 +34,12 @@ from zmesh.core.scheduling import (
     PGPending,
     PGPrepare,
     PGReady,
+    PGRescheduling,
     PlacementGroupId,
     PlacementGroupInfo,
 )
 
-GroupState = Literal["pending", "infeasible", "preparing", "ready"]
+GroupState = Literal["pending", "infeasible", "preparing", "ready", "rescheduling"]
 
 
 class LocalBundles(Protocol):
@@ -42,7 +54,7 @@ class LocalBundles(Protocol):
 
 class _Plan:
     __slots__ = ("pg_id", "name", "strategy", "shapes", "state", "nodes", "reason",
-                 "attempt", "waiting_on", "prepared")
+                 "attempt", "waiting_on", "prepared", "kept")
 
     def __init__(self, pg_id: str, name: str, strategy: str, shapes: list[ResourceSet]) -> None:
         self.pg_id = pg_id
@@ -55,6 +67,8 @@ class _Plan:
         self.attempt = 0
         self.waiting_on: set[NodeId] = set()
         self.prepared: set[NodeId] = set()
+        # While rescheduling: the bundles that survived (index -> node); None otherwise.
+        self.kept: dict[int, NodeId] | None = None
 
     def label(self) -> str:
         return f"placement group {self.name or self.pg_id!r}"
@@ -73,7 +87,7 @@ class GroupCoordinator:
         return pg_id in self._plans
 
     def has_pending(self) -> bool:
-        """True while some group waits for resources to be freed (not for a node to join)."""
+        """True while some group waits for resources to be freed (pending or rescheduling)."""
         return bool(self._pending)
 
     def layout(self, pg_id: PlacementGroupId) -> tuple[tuple[NodeId, ResourceSet], ...] | None:
@@ -115,7 +129,8 @@ class GroupCoordinator:
         """Try waiting groups again (infeasible ones only when the membership changed)."""
         out: list[Decision] = []
         for plan in list(self._plans.values()):
-            if plan.state == "pending" or (infeasible_too and plan.state == "infeasible"):
+            if plan.state in ("pending", "rescheduling") or (
+                    infeasible_too and plan.state == "infeasible"):
                 out += self._attempt(plan, view, report=False)
         return out
 
@@ -137,19 +152,37 @@ class GroupCoordinator:
         plan.prepared.add(reply.node_id)
         if plan.waiting_on:
             return []
+        return self._ready(plan, plan.prepared)
+
+    def _ready(self, plan: _Plan, prepared: set[NodeId]) -> list[Decision]:
+        """Commit everywhere; after a reschedule, every node holding a bundle learns the new
+        layout (its own bundles were committed before)."""
         self._local.commit(plan.pg_id)
+        rescheduled = plan.kept is not None
+        plan.kept = None
         self._set(plan, "ready", "")
+        targets = set(prepared)
+        if rescheduled:
+            targets |= set(plan.nodes)
+        targets.discard(self.node_id)
         bundles = tuple(s.to_dict() for s in plan.shapes)
         out: list[Decision] = [
-            PGCommit(plan.pg_id, node, plan.nodes, bundles) for node in sorted(plan.prepared)
+            PGCommit(plan.pg_id, node, plan.nodes, bundles) for node in sorted(targets)
         ]
-        out.append(PGReady(plan.pg_id, plan.nodes))
+        out.append(PGReady(plan.pg_id, plan.nodes, rescheduled))
         return out
 
     def nodes_changed(self, live: Mapping[NodeId, NodeResources]) -> list[Decision]:
-        """Abort attempts that wait on a node that is no longer live."""
+        """Abort attempts that wait on a node that is no longer live; a ready group that had
+        bundles on a dead node is rescheduled."""
         out: list[Decision] = []
         for plan in self._plans.values():
+            if plan.state == "ready":
+                out += self._lose_bundles(plan, live)
+                continue
+            if plan.kept is not None:
+                plan.kept = {i: n for i, n in plan.kept.items()
+                             if n == self.node_id or n in live}
             if plan.state != "preparing":
                 continue
             gone = sorted(n for n in plan.waiting_on | plan.prepared if n not in live)
@@ -158,6 +191,16 @@ class GroupCoordinator:
                 out += self._fail_attempt(plan, f"node {gone[0]!r} died while reserving bundles")
         return out
 
+    def _lose_bundles(self, plan: _Plan, live: Mapping[NodeId, NodeResources]) -> list[Decision]:
+        lost = tuple(i for i, n in enumerate(plan.nodes) if n != self.node_id and n not in live)
+        if not lost:
+            return []
+        plan.kept = {i: n for i, n in enumerate(plan.nodes) if i not in lost}
+        dead = sorted({plan.nodes[i] for i in lost})
+        self._set(plan, "rescheduling", f"{plan.label()} is rescheduling bundles {list(lost)}: "
+                                        f"node {dead[0]!r} died")
+        return [PGRescheduling(plan.pg_id, lost, plan.reason)]
+
     def remove(self, pg_id: PlacementGroupId) -> list[NodeId]:
         """Forget the group; the other nodes that hold or may hold its bundles, to release."""
         plan = self._plans.pop(pg_id, None)
@@ -165,7 +208,7 @@ class GroupCoordinator:
         if plan is None:
             return []
         nodes = set(plan.prepared) | plan.waiting_on
-        if plan.state == "ready":
+        if plan.state == "ready" or plan.kept is not None:
             nodes |= set(plan.nodes)
         nodes.discard(self.node_id)
         return sorted(nodes)
@@ -173,11 +216,18 @@ class GroupCoordinator:
     def _attempt(
         self, plan: _Plan, view: Mapping[NodeId, NodeResources], *, report: bool
     ) -> list[Decision]:
-        result = place_bundles(plan.shapes, plan.strategy, view, prefer=self.node_id)
+        if plan.kept is None:
+            result = place_bundles(plan.shapes, plan.strategy, view, prefer=self.node_id)
+        else:
+            result = place_lost_bundles(plan.shapes, plan.strategy, plan.kept, view,
+                                        prefer=self.node_id)
         if isinstance(result, Unplaceable):
             state: GroupState = "infeasible" if result.infeasible else "pending"
             return self._wait(plan, state, result.reason, report)
         by_node = result.by_node()
+        if plan.kept is not None:  # only the lost bundles are reserved again
+            by_node = {n: [i for i in idx if i not in plan.kept] for n, idx in by_node.items()}
+            by_node = {n: idx for n, idx in by_node.items() if idx}
         local = by_node.pop(self.node_id, [])
         if local:
             refused = self._local.reserve(plan.pg_id, {i: plan.shapes[i] for i in local})
@@ -185,9 +235,7 @@ class GroupCoordinator:
                 return self._wait(plan, "pending", refused, report)
         plan.nodes = result.nodes
         if not by_node:
-            self._local.commit(plan.pg_id)
-            self._set(plan, "ready", "")
-            return [PGReady(plan.pg_id, plan.nodes)]
+            return self._ready(plan, set())
         plan.attempt += 1
         self._set(plan, "preparing", f"{plan.label()} is reserving bundles on {sorted(by_node)}")
         plan.waiting_on = set(by_node)
@@ -199,12 +247,15 @@ class GroupCoordinator:
 
     def _set(self, plan: _Plan, state: GroupState, reason: str) -> None:
         plan.state, plan.reason = state, reason
-        if state == "pending":
+        if state in ("pending", "rescheduling"):
             self._pending.add(plan.pg_id)
         else:
             self._pending.discard(plan.pg_id)
 
     def _wait(self, plan: _Plan, state: GroupState, why: str, report: bool) -> list[Decision]:
+        if plan.kept is not None:  # RESCHEDULING until the lost bundles fit (as in Ray)
+            self._set(plan, "rescheduling", f"{plan.label()} cannot be rescheduled yet: {why}")
+            return []
         changed = report or state != plan.state
         self._set(plan, state, f"{plan.label()} cannot be placed: {why}")
         if not changed:
@@ -218,6 +269,9 @@ class GroupCoordinator:
         self._local.abort(plan.pg_id)
         plan.prepared.clear()
         plan.waiting_on.clear()
+        if plan.kept is not None:
+            self._set(plan, "rescheduling", f"{plan.label()} cannot be rescheduled yet: {why}")
+            return out
         self._set(plan, "pending", f"{plan.label()} cannot be placed yet: {why}")
         out.append(PGPending(plan.pg_id, plan.reason))
         return out

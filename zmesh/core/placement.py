@@ -85,7 +85,14 @@ def place_bundles(
     """
     shapes = validate_bundles(bundles)
     strat = validate_strategy(strategy)
-    order = sorted(view, key=lambda n: (n != prefer, n))
+    return _place(shapes, strat, sorted(view, key=lambda n: (n != prefer, n)), view)
+
+
+def _place(
+    shapes: Sequence[ResourceSet], strat: str, order: Sequence[str],
+    view: Mapping[str, NodeResources],
+) -> Assignment | Unplaceable:
+    """Totals first (ever?), then free amounts (now?), trying nodes in `order`."""
     totals = {n: view[n].total for n in order}
     if _assign(shapes, strat, totals) is None:
         return Unplaceable(_why(shapes, strat, totals, "has"), infeasible=True)
@@ -194,3 +201,43 @@ def _why(
         f"{strategy}: the bundles (together {format_amounts(whole)}) do not fit what the nodes "
         f"{what}"
     )
+
+
+def place_lost_bundles(
+    bundles: Sequence[Mapping[str, float] | ResourceSet],
+    strategy: str,
+    kept: Mapping[int, str],
+    view: Mapping[str, NodeResources],
+    *,
+    prefer: str | None = None,
+) -> Assignment | Unplaceable:
+    """Place again the bundles not in `kept` (index -> surviving node) after their node died.
+
+    The group's strategy holds across old and new bundles, as in Ray's rescheduling: STRICT_PACK
+    stays on the kept bundles' node, STRICT_SPREAD avoids every node the group still uses, PACK
+    prefers those nodes and SPREAD prefers the others. The answer covers every bundle.
+    """
+    shapes = validate_bundles(bundles)
+    strat = validate_strategy(strategy)
+    lost = [i for i in range(len(shapes)) if i not in kept]
+    used = set(kept.values())
+    if strat == "STRICT_PACK" and used:
+        view = {n: r for n, r in view.items() if n in used}
+    elif strat == "STRICT_SPREAD":
+        view = {n: r for n, r in view.items() if n not in used}
+    if strat in ("PACK", "STRICT_PACK"):
+        first = sorted(view, key=lambda n: (n not in used, n != prefer, n))
+    else:
+        first = sorted(view, key=lambda n: (n in used, n != prefer, n))
+    if not lost:
+        return Assignment(tuple(kept[i] for i in range(len(shapes))))
+    if not first:
+        where = "the node holding its other bundles" if strat == "STRICT_PACK" else "a live node"
+        return Unplaceable(f"{strat} needs {where} for bundles {lost}, and none is left",
+                           infeasible=True)
+    result = _place([shapes[i] for i in lost], strat, first, view)
+    if isinstance(result, Unplaceable):
+        return result
+    nodes = dict(kept)
+    nodes.update(zip(lost, result.nodes))
+    return Assignment(tuple(nodes[i] for i in range(len(shapes))))

@@ -261,6 +261,9 @@ class LocalScheduler:
                 continue  # still infeasible: already reported once
             out += decisions
         out += self._waiting.take_heads(self._spill)
+        for pg_id, layout in list(self._layouts.items()):
+            if any(not self._is_live(node) for node, _ in layout):
+                del self._layouts[pg_id]  # its coordinator reschedules it and tells us
         out += self._groups.nodes_changed(self._cluster.nodes)
         out += self._place_groups(infeasible_too=True)
         return out
@@ -614,7 +617,16 @@ class LocalScheduler:
             return [self._enqueue(work, (pg_id, index), (
                 f"{req.describe()} waits for room in {where} of placement group {pg_id!r}: "
                 f"needs {format_amounts(work.place)}"))]
-        return [self._forward(work, layout[fitting[0]][0], count=False)]
+        target_node = layout[fitting[0]][0]
+        if not self._is_live(target_node):
+            # The node died and the layout is stale: wait for the rescheduled group.
+            return [self._enqueue(work, (pg_id, index), (
+                f"{req.describe()} waits for placement group {pg_id!r} to be rescheduled: "
+                f"node {target_node!r} holding its bundle died"))]
+        return [self._forward(work, target_node, count=False)]
+
+    def _is_live(self, node: NodeId) -> bool:
+        return node == self.node_id or node in self._cluster.nodes
 
     def _bundle_infeasible(
         self, work: QueuedWork, pg_id: PlacementGroupId, shapes: Mapping[int, ResourceSet]

@@ -148,6 +148,17 @@ class PGReady:
 
     pg_id: PlacementGroupId
     nodes: tuple[NodeId, ...]
+    rescheduled: bool = False  # ready again after a node holding some bundles died
+
+
+@dataclass(frozen=True, slots=True)
+class PGRescheduling:
+    """A node holding bundles `lost` died: the group is RESCHEDULING until they are placed
+    again on live nodes (then PGReady with rescheduled=True)."""
+
+    pg_id: PlacementGroupId
+    lost: tuple[int, ...]
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +242,7 @@ Decision = Union[
     Failed,
     LookupPlacementGroup,
     PGReady,
+    PGRescheduling,
     PGPending,
     PGInfeasible,
     PGRemoved,
@@ -260,7 +272,7 @@ class PlacementGroupInfo:
     pg_id: PlacementGroupId
     name: str
     strategy: str
-    state: Literal["pending", "infeasible", "preparing", "ready"]
+    state: Literal["pending", "infeasible", "preparing", "ready", "rescheduling"]
     bundles: tuple[dict[str, float], ...]
     nodes: tuple[NodeId, ...] | None
     reason: str

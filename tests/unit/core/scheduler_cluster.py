@@ -23,6 +23,7 @@ from zmesh.core.scheduling import (
     PGReady,
     PGRelease,
     PGRemoved,
+    PGRescheduling,
     Request,
 )
 
@@ -45,6 +46,12 @@ class SimCluster:
         for name, sched in self.nodes.items():
             view = {n: s.snapshot() for n, s in self.nodes.items() if n != name}
             self.carry_out(name, sched.update_cluster(view))
+
+    def kill(self, node: str) -> None:
+        """The node dies: its work with it; the others see it gone at the next gossip."""
+        del self.nodes[node]
+        self.running = {w: r for w, r in self.running.items() if r[0] != node}
+        self.gossip()
 
     def submit(self, node: str, req: Request) -> None:
         self.carry_out(node, self.nodes[node].submit(req))
@@ -74,6 +81,9 @@ class SimCluster:
         while todo:
             at, d = todo.popleft()
             out: list[tuple[str, Decision]] = []
+            to = getattr(d, "node_id", None)
+            if isinstance(d, (PGCommit, PGAbort, PGRelease)) and to not in self.nodes:
+                continue  # a dead node holds nothing any more (as the runtime skips it)
             if isinstance(d, Dispatch):
                 self.running[d.work_id] = (at, d)
             elif isinstance(d, Forward):
@@ -99,7 +109,7 @@ class SimCluster:
                     self.running.pop(work_id, None)
                     self.killed.append(work_id)
                 self.pg_events.append(d)
-            elif isinstance(d, (PGReady, PGPending, PGInfeasible)):
+            elif isinstance(d, (PGReady, PGPending, PGInfeasible, PGRescheduling)):
                 self.pg_events.append(d)
             elif isinstance(d, LookupPlacementGroup):
                 self.lookups.append((at, d.pg_id))

@@ -18,6 +18,7 @@ from zmesh.core.scheduling import (
     PGPending,
     PGReady,
     PGRemoved,
+    PGRescheduling,
     Request,
 )
 from zmesh.protocol.messages import runtime as m
@@ -320,6 +321,11 @@ class ActorManager:
             if group is not None:
                 group.ready_at = group.ready_at or group_table.now()
                 self._pg_state(group, "ready", "")
+        elif isinstance(d, PGRescheduling):
+            group = self.groups.get(d.pg_id)
+            if group is not None:
+                group.attempts += 1
+                self._pg_state(group, "rescheduling", d.reason)
         elif isinstance(d, PGPending | PGInfeasible):
             group = self.groups.get(d.pg_id)
             if group is not None and group.reason != d.reason:

@@ -83,7 +83,10 @@ class GroupRelay:
     def on_decision(self, d: Any) -> None:
         """Local group events: answer nodes that looked the group up; keep retrying."""
         if isinstance(d, PGReady):
-            for address in self.lookers.pop(d.pg_id, set()):
+            lookers = self.lookers.pop(d.pg_id, set())
+            if d.rescheduled:  # any node may hold a stale layout: tell every live one
+                lookers |= set(self.live_peers())
+            for address in lookers:
                 self._send_layout(address, d.pg_id)
         elif isinstance(d, PGRemoved):
             self.removed.add(d.pg_id)
@@ -95,7 +98,7 @@ class GroupRelay:
         """While a group waits after a refused attempt, retry it periodically: gossip of the
         other nodes' free resources may never change (no event would wake it up)."""
         if not self._retry_armed and any(
-                info.state == "pending" for info in self.node.scheduler.placement_groups()):
+                info.state in ("pending", "rescheduling") for info in self.node.scheduler.placement_groups()):
             self._retry_armed = True
             self.node.loop.call_later(RETRY_PERIOD_S, self._retry)
 
