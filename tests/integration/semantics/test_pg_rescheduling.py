@@ -14,7 +14,10 @@ from runtime_fixtures import wait_until
 import zmesh
 from zmesh.testing import Cluster
 from zmesh.util import placement_group, placement_group_table, remove_placement_group
-from zmesh.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from zmesh.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 
 @pytest.fixture
@@ -91,3 +94,22 @@ def _node_of(actor: object) -> str:
         return str(zmesh.get(actor.node.remote(), timeout=10))  # type: ignore[attr-defined]
     except zmesh.exceptions.RayError:
         return ""
+
+
+def test_the_table_lists_groups_made_through_any_node(cluster: Cluster) -> None:
+    # Ray's GCS holds every group, so placement_group_table() answers the same everywhere
+    pg = placement_group([{"CPU": 1}], strategy="PACK", name="seen-everywhere")
+    assert pg.wait(60)
+    far = cluster.list_all_nodes()[-1]
+
+    @zmesh.remote(num_cpus=0)
+    def table_there() -> dict:
+        return {k: (v["name"], v["state"]) for k, v in placement_group_table().items()}
+
+    there = table_there.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node_id=far.node_id, soft=False)).remote()
+    assert zmesh.get(there, timeout=60)[pg.id.hex()] == ("seen-everywhere", "CREATED")
+    assert cluster.query(far, "placement_groups")[pg.id.hex()]["state"] == "CREATED"
+    remove_placement_group(pg)
+    assert wait_until(lambda: cluster.query(far, "placement_groups")[pg.id.hex()]["state"]
+                      == "REMOVED", timeout=30)

@@ -374,7 +374,7 @@ class ActorManager:
             self.removed_groups.add(group_table.row(group, None, "REMOVED"))
 
     def answer(self, what: str, arg: bytes) -> Any:
-        if what == "placement_groups":
+        if what in ("placement_groups", "placement_groups_local"):
             nodes = {i.pg_id: i.nodes for i in self.node.scheduler.placement_groups()}
             table = dict(self.removed_groups.rows)
             table.update((g.pg_id, group_table.row(g, nodes.get(g.pg_id)))

@@ -37,6 +37,7 @@ from zmesh.runtime.node.forward import Forwarder
 from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node.lease_table import LeaseInfo
 from zmesh.runtime.node.mesh import MeshAgent
+from zmesh.runtime.node.mesh_query import MESH_QUERIES, MeshQueries
 from zmesh.runtime.node.objects import NodeObjects
 from zmesh.runtime.node.ops import QUERIES as OPS_QUERIES
 from zmesh.runtime.node.ops import NodeOps
@@ -142,6 +143,7 @@ class Node:
         self.actors = ActorManager(self)
         self.forwarder = Forwarder(self)
         self.groups = GroupRelay(self)
+        self.mesh_queries = MeshQueries(self)
         self.mesh: MeshAgent | None = MeshAgent(
             self.loop, self.mesh_address, self.node_id, total=self.scheduler.total,
             free=self.scheduler.available, labels=self.labels, ipc_address=self.address,
@@ -571,6 +573,15 @@ class Node:
     def _on_query(self, sender: str, msg: m.Query, bufs: list[Any]) -> None:
         if msg.what in USER_KV_QUERIES:  # answered when the control store has answered
             answer_kv_query(self, sender, msg)
+            return
+        if msg.what in MESH_QUERIES:  # answered once the peers have answered
+            try:
+                local = self._answer(MESH_QUERIES[msg.what], msg.arg)
+            except Exception as exc:
+                self.loop.send(sender, m.QueryReply(request_id=msg.request_id, data=b"",
+                                                    error=str(exc)))
+                return
+            self.mesh_queries.start(sender, msg, local)
             return
         try:
             data = self._answer(msg.what, msg.arg)
