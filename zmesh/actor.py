@@ -239,12 +239,12 @@ class ActorMethod:
         if handle._unordered:
             rec.unordered = True
         limit = handle._max_pending_calls
-        if limit > 0 and len(rec.pending) >= limit:
+        if limit > 0 and client.actors.pending(rec) >= limit:
             from zmesh.errors import PendingCallsLimitExceeded
 
             raise PendingCallsLimitExceeded(
                 f"the call to {handle._class_name}.{self._name} was not submitted: "
-                f"{len(rec.pending)} calls are already pending on this actor handle "
+                f"{client.actors.pending(rec)} calls are already pending on this actor handle "
                 f"(max_pending_calls={limit})")
         data, top, nested = pack_args(args, kwargs)
         n = self._num_returns

@@ -314,12 +314,11 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         raise ValueError("kill() only supports actor handles (for tasks, use cancel()); "
                          f"got a {type(actor).__name__}")
     client = context.current_client()
-    rec = client.actors.records.get(actor._actor_id)
-    if no_restart and rec is not None and rec.state != "dead":
-        rec.state = "killing"  # calls made from now on queue, then fail: none reach the worker
+    # calls made from now on queue, then fail or go to the next incarnation: none reach
+    # the worker being killed
+    client.actors.kill_requested(actor._actor_id, no_restart)
     client.loop.send_threadsafe(client.node_address, m.KillActor(actor_id=actor._actor_id,
                                                                  no_restart=no_restart))
-    client.actors.kill_requested(actor._actor_id, no_restart)
 
 
 def cancel(ref: Any, *, force: bool = False, recursive: bool = True) -> None:

@@ -17,7 +17,7 @@ from enum import Enum
 
 __all__ = [
     "Action", "ActorAlive", "ActorCallerCore", "ActorDead", "ActorRestarting", "Completed",
-    "Event", "Fail", "Ready", "Send", "SendFailed", "State", "Submit", "Track",
+    "Done", "Event", "Fail", "Hold", "Ready", "Send", "SendFailed", "State", "Submit", "Track",
 ]
 
 
@@ -29,7 +29,7 @@ class State(Enum):
 
 
 # -- events ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Track:
     """This caller learned of an actor (created it, or got a handle)."""
 
@@ -37,7 +37,7 @@ class Track:
     max_task_retries: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Submit:
     """A call was made; it takes the next sequence number. `ready` False: its arguments are
     still resolving (it holds its place, and is sent once `Ready` comes)."""
@@ -47,7 +47,7 @@ class Submit:
     ready: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ready:
     """The arguments of a submitted call are resolved: it may be sent."""
 
@@ -55,7 +55,7 @@ class Ready:
     task_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ActorAlive:
     """Incarnation `incarnation` (the restart count) of the actor runs at `address`."""
 
@@ -64,19 +64,19 @@ class ActorAlive:
     address: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ActorRestarting:
     actor_id: bytes
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ActorDead:
     actor_id: bytes
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completed:
     """The actor answered the call."""
 
@@ -84,19 +84,29 @@ class Completed:
     task_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendFailed:
-    """The call could not be sent (no route yet): keep it for the next chance."""
+    """The call could not be sent (no route to the address): it waits, with every later call,
+    for the next word of where the actor runs (the shell asks for it)."""
 
     actor_id: bytes
     task_id: bytes
 
 
-Event = Track | Submit | Ready | ActorAlive | ActorRestarting | ActorDead | Completed | SendFailed
+@dataclass(slots=True)
+class Hold:
+    """This caller is killing (or restarting) the actor: send nothing more to the worker;
+    calls in flight stay in flight until the node says what became of it."""
+
+    actor_id: bytes
+
+
+Event = (Track | Submit | Ready | ActorAlive | ActorRestarting | ActorDead | Completed
+         | SendFailed | Hold)
 
 
 # -- actions --------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Send:
     """Send the call to the actor's worker with this (incarnation's) sequence number."""
 
@@ -106,7 +116,7 @@ class Send:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fail:
     """The call will not run: `unavailable` (restarting, no retries left) or died."""
 
@@ -116,7 +126,15 @@ class Fail:
     reason: str
 
 
-Action = Send | Fail
+@dataclass(slots=True)
+class Done:
+    """The actor's answer to an in-flight call is accepted: hand its results over."""
+
+    actor_id: bytes
+    task_id: bytes
+
+
+Action = Send | Fail | Done
 
 
 @dataclass(slots=True)
@@ -147,11 +165,15 @@ class _Actor:
 
 
 class ActorCallerCore:
-    """Every actor one caller talks to; `handle(event) -> actions`."""
+    """Every actor one caller talks to; `handle(event) -> actions`.
+
+    On every actor call's path (a `Submit` and a `Completed` each): those two cases come
+    first, events are plain slotted dataclasses (a frozen one's __init__ costs ~3x), and
+    the log keeps the actions list as returned."""
 
     def __init__(self, log_size: int = 10_000) -> None:
         self.actors: dict[bytes, _Actor] = {}
-        self.log: deque[tuple[Event, tuple[Action, ...]]] = deque(maxlen=log_size)
+        self.log: deque[tuple[Event, list[Action]]] = deque(maxlen=log_size)
 
     def handle(self, event: Event) -> list[Action]:
         """Apply one event; return what the shell must do."""
@@ -159,8 +181,6 @@ class ActorCallerCore:
         a: _Actor | None
         call: _Call | None
         match event:
-            case Track(aid, retries):
-                self.actors.setdefault(aid, _Actor(retries))
             case Submit(aid, tid, ready):
                 a = self.actors.setdefault(aid, _Actor(0))
                 call = _Call(tid, a.next_seq, a.max_task_retries, ready)
@@ -171,6 +191,14 @@ class ActorCallerCore:
                     a.calls[tid] = call
                     if ready:
                         self._offer(aid, a, call, out)
+            case Completed(aid, tid):
+                a = self.actors.get(aid)
+                if a is not None and tid in a.inflight:
+                    a.inflight.discard(tid)
+                    del a.calls[tid]
+                    out.append(Done(aid, tid))
+            case Track(aid, retries):
+                self.actors.setdefault(aid, _Actor(retries))
             case Ready(aid, tid):
                 a = self.actors.get(aid)
                 call = None if a is None else a.calls.get(tid)
@@ -208,19 +236,20 @@ class ActorCallerCore:
                     a.calls.clear()
                     a.inflight.clear()
                     a.queue.clear()
-            case Completed(aid, tid):
-                a = self.actors.get(aid)
-                if a is not None and tid in a.inflight:
-                    a.inflight.discard(tid)
-                    del a.calls[tid]
             case SendFailed(aid, tid):
                 a = self.actors.get(aid)
                 if a is not None and tid in a.inflight:
                     a.inflight.discard(tid)
                     a.queue.add(tid)
+                    if a.state is State.ALIVE:
+                        a.state = State.PENDING
+            case Hold(aid):
+                a = self.actors.get(aid)
+                if a is not None and a.state is State.ALIVE:
+                    a.state = State.RESTARTING
             case _:
                 raise TypeError(f"not an actor caller event: {event!r}")
-        self.log.append((event, tuple(out)))
+        self.log.append((event, out))  # the shell only reads `out`
         return out
 
     def _offer(self, aid: bytes, a: _Actor, call: _Call, out: list[Action]) -> None:
@@ -239,6 +268,23 @@ class ActorCallerCore:
         a.renumbered = {seq: i for i, seq in enumerate(sorted(c.seq for c in a.calls.values()))}
         a.seq_base = len(a.renumbered)
         a.seq_cut = a.next_seq
+
+    # -- queries (the shell's) -------------------------------------------------------------
+    def open_calls(self, actor_id: bytes) -> int:
+        """Calls submitted to the actor and not yet answered or failed."""
+        a = self.actors.get(actor_id)
+        return 0 if a is None else len(a.calls)
+
+    def in_flight(self, actor_id: bytes, task_id: bytes) -> bool | None:
+        """True: sent; False: submitted, not sent yet; None: not an open call."""
+        a = self.actors.get(actor_id)
+        if a is None or task_id not in a.calls:
+            return None
+        return task_id in a.inflight
+
+    def state(self, actor_id: bytes) -> State | None:
+        a = self.actors.get(actor_id)
+        return None if a is None else a.state
 
     # -- checks and history --------------------------------------------------------------
     def validate(self) -> None:

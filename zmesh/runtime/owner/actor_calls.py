@@ -1,20 +1,39 @@
-"""Calling actors: per-caller sequence numbers, calls sent straight to the actor's worker.
+"""Calling actors: the shell of `core/actor_caller.py`; calls go straight to the actor's worker.
 
-The caller queues calls until the actor's address is known, learns of restarts and death
-from its node (ActorState), retries in-flight calls up to max_task_retries after a restart,
-and fails the rest with ActorDiedError saying why.
+The core numbers the calls, queues them until the actor's address is known, retries in-flight
+calls up to max_task_retries after a restart and fails the rest; this shell feeds it the
+node's news (ActorState), the answers and the caller's kills, and carries out its actions:
+sends, and failures with ActorDiedError / ActorUnavailableError saying why.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from zmesh.core.actor_caller import (
+    Action,
+    ActorAlive,
+    ActorCallerCore,
+    ActorDead,
+    ActorRestarting,
+    Completed,
+    Done,
+    Event,
+    Fail,
+    Hold,
+    Ready,
+    Send,
+    SendFailed,
+    State,
+    Submit,
+    Track,
+)
+from zmesh.core.exhaustive import assert_never
 from zmesh.core.ownership import BorrowerGone
 from zmesh.errors import ActorDiedError, ActorUnavailableError
 from zmesh.protocol.messages import runtime as m
@@ -31,52 +50,50 @@ CANCELLED_CALL = "__zmesh_cancelled__"
 """The method name a call cancelled before it was sent goes with."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Call:
-    msg: m.ActorCall
+    """What the shell keeps of one call until it completes: the message is built at send."""
+
+    rec: ActorRecord
+    task_id: bytes
+    method: str
+    args: m.Args
+    num_returns: int
     release: list[bytes]
-    retries_left: int
+    backpressure: int = 0
+    group: str = ""
 
 
 @dataclass(eq=False)
 class ActorRecord:
-    """What a caller knows of one actor."""
+    """What a caller knows of one actor beyond the ordering core's state."""
 
     actor_id: bytes
     class_name: str
-    state: str = "pending"
     address: str = ""
     error: m.Value | None = None
-    seq: int = 0
     max_task_retries: int = 0
-    queue: deque[Call] = field(default_factory=deque)
-    inflight: dict[bytes, Call] = field(default_factory=dict)
-    # A restarted actor's mailbox expects each caller's calls from seq 0 again, so calls
-    # keep their submission seq and are renumbered densely for each new incarnation.
-    pending: set[int] = field(default_factory=set)  # seqs submitted and not yet completed
-    incarnation: int = -1  # the restart count our wire seqs are numbered for
-    renumbered: dict[int, int] = field(default_factory=dict)
-    seq_cut: int = 0  # seqs from here on map to seq - seq_cut + seq_base
-    seq_base: int = 0
-    hold: bool = False  # this caller is killing the actor: send nothing from user threads
+    resolving: int = 0  # calls whose arguments resolve before they are numbered (unordered)
+    killing: bool = False  # this caller asked for a kill without restart, not yet applied
     out_of_scope: bool = False  # its last handle went: it ends once our calls complete
     ctor_refs: list[Any] = field(default_factory=list)  # constructor ref arguments, held
     unordered: bool = False  # threaded or async: calls need not run in submission order
     killed_incarnation: int = -1  # an "alive" for it is stale news
-
-    def wire(self, msg: m.ActorCall) -> m.ActorCall:
-        """The call as the current incarnation must see it."""
-        seq = msg.seq
-        wire = seq - self.seq_cut + self.seq_base if seq >= self.seq_cut else self.renumbered[seq]
-        return msg if wire == seq else msgspec.structs.replace(msg, seq=wire)
+    incarnation: int = -1
 
 
 class ActorCaller:
-    """Caller-side actor state; `call`/`create`/`track` run on user threads, the rest on the loop."""
+    """Caller-side actor state; `call`/`create`/`track` run on user threads, the rest on the loop.
+
+    Ordering, retries and failures are decided by `ActorCallerCore` (under `_lock`, since
+    user threads submit); this shell carries out its actions: `Send` from a user thread
+    goes straight to the worker, from the loop through the loop's socket."""
 
     def __init__(self, client: CoreClient) -> None:
         self.client = client
         self.records: dict[bytes, ActorRecord] = {}
+        self.core = ActorCallerCore()
+        self.calls: dict[bytes, Call] = {}  # task id -> an open call
         self._by_address: dict[str, ActorRecord] = {}
         self._lock = threading.Lock()
         self.pending_reasons: dict[str, str] = {}
@@ -84,6 +101,47 @@ class ActorCaller:
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.ActorState, self._on_state)
+
+    def _handle(self, event: Event) -> list[Action]:
+        with self._lock:
+            return self.core.handle(event)
+
+    def _carry(self, actions: list[Action], on_loop: bool = True) -> None:
+        """Carry out the core's actions (loop thread, or a user thread with `on_loop` False)."""
+        for action in actions:
+            match action:
+                case Send():
+                    call = self.calls.get(action.task_id)
+                    if call is None:
+                        continue
+                    msg = m.ActorCall(actor_id=action.actor_id, caller=self.client.address,
+                                      seq=action.seq, task_id=action.task_id,
+                                      method=call.method, args=call.args,
+                                      num_returns=call.num_returns,
+                                      backpressure=call.backpressure,
+                                      concurrency_group=call.group)
+                    if not on_loop:
+                        self.client.send_direct(action.address, msg)
+                    elif not self.client.loop.send(action.address, msg):
+                        self._carry(self._handle(SendFailed(action.actor_id, action.task_id)))
+                        self.client.loop.send(self.client.node_address, m.SubscribeActor(
+                            actor_id=action.actor_id, subscriber=self.client.address))
+                case Fail():
+                    if not on_loop:
+                        self.client.loop.call_soon(self._carry, [action])
+                        continue
+                    call = self.calls.pop(action.task_id, None)
+                    if call is not None:
+                        rec = call.rec
+                        value = (self._unavailable_value(rec, action.reason, call)
+                                 if action.unavailable else rec.error or values.encode_error(
+                                     ActorDiedError(f"actor {rec.class_name!r} is dead")))
+                        self._complete(call, [value] * max(call.num_returns, 1))
+                        self._settled(rec)
+                case Done():
+                    pass  # on_result completes the call itself
+                case _:
+                    assert_never(action)
 
     # -- user threads ----------------------------------------------------------------------
     def track(self, actor_id: bytes, class_name: str, max_task_retries: int = 0,
@@ -95,6 +153,7 @@ class ActorCaller:
                 return rec
             rec = self.records[actor_id] = ActorRecord(actor_id, class_name,
                                                        max_task_retries=max_task_retries)
+            self.core.handle(Track(actor_id, max_task_retries))
         if subscribe:
             self.client.loop.send_threadsafe(self.client.node_address, m.SubscribeActor(
                 actor_id=actor_id, subscriber=self.client.address))
@@ -131,80 +190,85 @@ class ActorCaller:
     def call(self, rec: ActorRecord, method: str, data: bytes, top_refs: list[Any],
              nested_ids: list[bytes], num_returns: int, task_id: bytes | None = None,
              backpressure: int = 0, group: str = "") -> bytes:
-        """Queue a call; returns its task id (return object ids derive from it). Make the
-        return refs first (pass their `task_id`): a call that fails at once sets their values."""
+        """Submit a call; returns its task id (return object ids derive from it). Make the
+        return refs first (pass their `task_id`): a call that fails at once sets their values.
+
+        A call with ref arguments takes its place in the actor's order now and is sent once
+        they resolve; a threaded or async actor's such call is numbered only then, so that
+        calls made after it with ready arguments run first, as in Ray."""
         client = self.client
         task_id = task_id or client.ids.task_id()
-        seq = -1
-        if not (top_refs and rec.unordered):
-            seq = self._next_seq(rec)
         release = [r.id for r in top_refs] + nested_ids
         if release:
             client.objects.add_submitted(release)
-        if top_refs:
-            client.loop.call_soon(self._resolve_then_send, rec, task_id, seq, method, data,
-                                  top_refs, release, num_returns, backpressure, group)
+        call = Call(rec, task_id, method, m.Args(data=data), num_returns, release, backpressure,
+                    group)
+        self.calls[task_id] = call
+        if not top_refs:
+            self._carry(self._handle(Submit(rec.actor_id, task_id)), on_loop=False)
+            return task_id
+        ordered = not rec.unordered
+        if ordered:
+            self._carry(self._handle(Submit(rec.actor_id, task_id, ready=False)), on_loop=False)
         else:
-            msg = m.ActorCall(actor_id=rec.actor_id, caller=client.address, seq=seq,
-                              task_id=task_id, method=method, args=m.Args(data=data),
-                              num_returns=num_returns, backpressure=backpressure,
-                              concurrency_group=group)
-            call = Call(msg, release, rec.max_task_retries)
-            if rec.state == "alive" and not rec.queue and not rec.hold:
-                rec.inflight[task_id] = call
-                if rec.state == "alive":  # re-check: a death seen now will see this call
-                    client.send_direct(rec.address, rec.wire(msg))
-                    return task_id
-                rec.inflight.pop(task_id, None)
-            client.loop.call_soon(self._dispatch, rec, call)
+            with self._lock:
+                rec.resolving += 1
+        client.loop.call_soon(self._resolve_then_send, call, data, top_refs, ordered)
         return task_id
+
+    def pending(self, rec: ActorRecord) -> int:
+        """Calls made on the actor here and not yet answered (max_pending_calls counts them)."""
+        return self.core.open_calls(rec.actor_id) + rec.resolving
 
     def pending_reason(self, task_id: bytes) -> str:
         """Why a call waits on an actor that no node can place yet (the node's warning), or ''."""
-        for rec in list(self.records.values()):
-            if rec.state == "pending" and (task_id in rec.inflight or any(
-                    c.msg.task_id == task_id for c in list(rec.queue))):
-                return self.pending_reasons.get(f"actor {rec.class_name}", "")
+        call = self.calls.get(task_id)
+        if call is not None and self.core.state(call.rec.actor_id) is State.PENDING:
+            return self.pending_reasons.get(f"actor {call.rec.class_name}", "")
         return ""
 
     def has_call(self, task_id: bytes) -> bool:
         """True if `task_id` is an unfinished call to an actor made here."""
-        for rec in list(self.records.values()):
-            if task_id in rec.inflight or any(c.msg.task_id == task_id for c in list(rec.queue)):
-                return True
-        return False
+        return task_id in self.calls
 
     def cancel(self, task_id: bytes, recursive: bool) -> None:
         """Ray's actor-task cancel (loop thread): a call not sent yet fails now with
         TaskCancelledError; a sent one is cancelled by the actor's worker if it has not
         started (or, in an async actor, is running)."""
-        for rec in list(self.records.values()):
-            for call in list(rec.queue):
-                if call.msg.task_id == task_id:
-                    # it still goes, keeping its place in the actor's sequence, and the
-                    # worker answers it with TaskCancelledError without running it
-                    call.msg = msgspec.structs.replace(call.msg, method=CANCELLED_CALL)
-                    return
-            if task_id in rec.inflight and rec.address:
-                self.client.loop.send(rec.address, m.CancelTask(task_id=task_id,
-                                                                recursive=recursive))
-                return
+        call = self.calls.get(task_id)
+        if call is None:
+            return
+        with self._lock:
+            sent = self.core.in_flight(call.rec.actor_id, task_id)
+        if not sent:
+            # it still goes, keeping its place in the actor's sequence, and the worker
+            # answers it with TaskCancelledError without running it
+            call.method = CANCELLED_CALL
+        elif call.rec.address:
+            self.client.loop.send(call.rec.address, m.CancelTask(task_id=task_id,
+                                                                 recursive=recursive))
 
     def kill_requested(self, actor_id: bytes, no_restart: bool) -> None:
-        """This caller asked the node to kill the actor: later calls go through the loop,
-        behind the kill, so none reaches the worker being killed."""
-        rec = self.records.get(actor_id)
-        if rec is None:
-            return
-        rec.hold = True
-        self.client.loop.call_soon(self.killed if no_restart else self._restarting, actor_id)
+        """This caller asked the node to kill the actor: from now on no call is sent to the
+        worker being killed (they queue, then fail or go to the next incarnation)."""
+        with self._lock:
+            rec = self.records.get(actor_id)
+            if rec is None:
+                return
+            if no_restart:
+                rec.killing = True
+            elif self.core.state(actor_id) is State.ALIVE:
+                rec.killed_incarnation = rec.incarnation
+            self.core.handle(Hold(actor_id))
+        if no_restart:
+            self.client.loop.call_soon(self.killed, actor_id)
 
     # -- loop thread -----------------------------------------------------------------------
     def out_of_scope(self, actor_id: bytes) -> None:
         """No handle to this (non-detached) actor is left anywhere: it exits once the calls
         made on it complete, freeing its resources and name (Ray's handle counting)."""
         rec = self.records.get(actor_id)
-        if rec is not None and rec.pending:
+        if rec is not None and self.pending(rec):
             rec.out_of_scope = True
             return
         self._end(actor_id)
@@ -214,124 +278,75 @@ class ActorCaller:
                                                                     no_restart=True))
 
     def _settled(self, rec: ActorRecord) -> None:
-        if rec.out_of_scope and not rec.pending:
+        if rec.out_of_scope and not self.pending(rec):
             rec.out_of_scope = False
             self._end(rec.actor_id)
-
-    def _restarting(self, actor_id: bytes) -> None:
-        rec = self.records.get(actor_id)
-        if rec is None or rec.state != "alive":
-            if rec is not None:
-                rec.hold = False
-            return
-        rec.state = "restarting"  # queue calls for the next incarnation
-        rec.killed_incarnation = rec.incarnation
 
     def killed(self, actor_id: bytes) -> None:
         """This caller killed the actor (no restart): fail its calls now, not when the node
         reports the death, so that a call made after `kill` never reaches the old worker."""
         rec = self.records.get(actor_id)
-        if rec is None or rec.state == "dead":
+        if rec is None or self.core.state(actor_id) is State.DEAD:
             return
         self._on_state("", m.ActorState(actor_id=actor_id, state="dead",
                                         reason="it was killed by zmesh.kill()"), [])
 
-    def _next_seq(self, rec: ActorRecord) -> int:
-        with self._lock:
-            seq = rec.seq
-            rec.seq += 1
-            rec.pending.add(seq)
-        return seq
-
-    def _resolve_then_send(self, rec: ActorRecord, task_id: bytes, seq: int, method: str,
-                           data: bytes, top_refs: list[Any], release: list[bytes],
-                           num_returns: int, backpressure: int = 0, group: str = "") -> None:
+    def _resolve_then_send(self, call: Call, data: bytes, top_refs: list[Any],
+                           ordered: bool) -> None:
         resolved: list[m.Value | None] = [None] * len(top_refs)
         left = [len(top_refs)]
-        # the call keeps its seq: calls behind it wait in the actor's mailbox until it lands;
-        # a threaded or async actor's call (seq -1) is numbered once its arguments are ready,
-        # so that calls made after it with ready arguments run first, as in Ray
+        aid = call.rec.actor_id
 
         def on_ready(i: int, value: m.Value) -> None:
             resolved[i] = value
             left[0] -= 1
             if left[0] == 0:
-                wire_seq = seq if seq >= 0 else self._next_seq(rec)
-                msg = m.ActorCall(actor_id=rec.actor_id, caller=self.client.address,
-                                  seq=wire_seq,
-                                  task_id=task_id, method=method,
-                                  args=m.Args(data=data, refs=resolved),  # type: ignore[arg-type]
-                                  num_returns=num_returns, backpressure=backpressure,
-                                  concurrency_group=group)
-                self.client.loop.call_soon(self._dispatch, rec,
-                                           Call(msg, release, rec.max_task_retries))
+                call.args = m.Args(data=data, refs=resolved)  # type: ignore[arg-type]
+                if ordered:
+                    event: Event = Ready(aid, call.task_id)
+                else:
+                    with self._lock:
+                        call.rec.resolving -= 1
+                    event = Submit(aid, call.task_id)
+                self.client.loop.call_soon(lambda: self._carry(self._handle(event)))
 
         self.client._request_borrowed(top_refs)
         for i, ref in enumerate(top_refs):
             if not self.client.objects.when_ready(ref.id, _bind(on_ready, i)):
                 on_ready(i, values.encode_error(ValueError(f"argument {ref!r} is unknown")))
 
-    def _dispatch(self, rec: ActorRecord, call: Call) -> None:
-        if rec.state == "alive":
-            rec.inflight[call.msg.task_id] = call
-            if not self.client.loop.send(rec.address, rec.wire(call.msg)):
-                rec.inflight.pop(call.msg.task_id, None)
-                rec.queue.append(call)
-        elif rec.state == "dead":
-            self._fail(rec, call)
-        else:
-            rec.queue.append(call)
-
     def _on_state(self, sender: str, msg: m.ActorState, bufs: list[Any]) -> None:
         rec = self.records.get(msg.actor_id)
-        if rec is None or rec.state == "dead":  # death is final; later news is stale
+        state = self.core.state(msg.actor_id)
+        if rec is None or state is State.DEAD:  # death is final; later news is stale
             return
-        if msg.state == "alive" and msg.restarts == rec.killed_incarnation:
+        if msg.state == "alive" and (rec.killing or msg.restarts == rec.killed_incarnation):
             return  # the incarnation this caller is killing
-        rec.hold = False
         if msg.class_name:
             rec.class_name = msg.class_name
         if msg.state in ("dead", "restarting") and rec.address:
             # its worker is gone, and with it whatever it borrowed from us
             self.client.objects.handle(BorrowerGone(rec.address))
-        if msg.state == "alive":  # address and numbering first: user threads send on "alive"
-            if rec.incarnation >= 0 and msg.restarts != rec.incarnation:
-                self._renumber(rec)
+        event: Event
+        if msg.state == "alive":
             rec.incarnation = msg.restarts
             rec.address = msg.address
             self._by_address[msg.address] = rec
-        rec.state = msg.state
-        if msg.state == "alive":
-            queued = sorted(rec.queue, key=lambda c: c.msg.seq)
-            rec.queue.clear()
-            for call in queued:
-                self._dispatch(rec, call)
+            event = ActorAlive(msg.actor_id, msg.restarts, msg.address)
         elif msg.state == "dead":
+            rec.killing = False
             rec.error = self._death_value(rec, msg)
-            for call in list(rec.inflight.values()) + list(rec.queue):
-                self._fail(rec, call)
-            rec.inflight.clear()
-            rec.queue.clear()
+            event = ActorDead(msg.actor_id, msg.reason)
         elif msg.state == "restarting":
-            for call in list(rec.inflight.values()):
-                if call.retries_left != 0:
-                    call.retries_left -= 1
-                    rec.queue.append(call)
-                else:
-                    self._fail(rec, call, self._unavailable_value(rec, msg, call))
-            rec.inflight.clear()
+            event = ActorRestarting(msg.actor_id, msg.reason)
+        else:
+            return
+        self._carry(self._handle(event))
 
-    def _renumber(self, rec: ActorRecord) -> None:
-        """Number the calls still to run densely from 0 for a new incarnation."""
-        with self._lock:
-            rec.renumbered = {seq: i for i, seq in enumerate(sorted(rec.pending))}
-            rec.seq_base = len(rec.renumbered)
-            rec.seq_cut = rec.seq
-
-    def _unavailable_value(self, rec: ActorRecord, msg: m.ActorState, call: Call) -> m.Value:
+    def _unavailable_value(self, rec: ActorRecord, reason: str, call: Call) -> m.Value:
         return values.encode_error(ActorUnavailableError(
-            f"actor {rec.class_name!r} ({rec.actor_id.hex()[:12]}) is restarting: {msg.reason}; "
-            f"the call to {call.msg.method!r} was in flight and is not retried "
+            f"actor {rec.class_name!r} ({rec.actor_id.hex()[:12]}) is restarting: {reason}; "
+            f"the call to {call.method!r} was in flight and is not retried "
             f"(max_task_retries={rec.max_task_retries})"))
 
     def _death_value(self, rec: ActorRecord, msg: m.ActorState) -> m.Value:
@@ -349,32 +364,27 @@ class ActorCaller:
         err.cause = cause  # type: ignore[attr-defined]
         return values.encode_error(err)
 
-    def _fail(self, rec: ActorRecord, call: Call, error: m.Value | None = None) -> None:
-        value = error or rec.error or values.encode_error(
-            ActorDiedError(f"actor {rec.class_name!r} is dead"))
-        rec.pending.discard(call.msg.seq)
-        self._complete(call, [value] * max(call.msg.num_returns, 1))
-        self._settled(rec)
-
     def on_result(self, sender: str, msg: m.TaskResult) -> None:
-        rec = self._by_address.get(sender)
-        call = None if rec is None else rec.inflight.pop(msg.task_id, None)
-        if call is None:
+        call = self.calls.get(msg.task_id)
+        if call is None or sender not in self._by_address:
             return
-        rec.pending.discard(call.msg.seq)  # type: ignore[union-attr]
+        done = self._handle(Completed(call.rec.actor_id, msg.task_id))
+        if not done:
+            return  # not in flight: an answer from a worker the call no longer waits on
+        del self.calls[msg.task_id]
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         self._complete(call, msg.returns)
-        self._settled(rec)  # type: ignore[arg-type]
+        self._settled(call.rec)
         if msg.contained:
-            self.client.hold_returned(sender, [IdGen.object_id(call.msg.task_id, i) for i in
-                                               range(max(call.msg.num_returns, 1))], msg.contained)
+            self.client.hold_returned(sender, [IdGen.object_id(call.task_id, i) for i in
+                                               range(max(call.num_returns, 1))], msg.contained)
 
     def _complete(self, call: Call, returns: list[m.Value]) -> None:
         objects = self.client.objects
-        for i in range(max(call.msg.num_returns, 1)):
+        for i in range(max(call.num_returns, 1)):
             value = returns[i] if i < len(returns) else returns[0]
-            oid = IdGen.object_id(call.msg.task_id, i)
+            oid = IdGen.object_id(call.task_id, i)
             if objects.set_value(oid, value) is None and value.loc is not None:
                 self.client.loop.send(self.client.node_address, m.FreeObjects(
                     object_ids=[oid], node=value.loc.node))
