@@ -79,6 +79,7 @@ class CoreClient:
         self.address = self.endpoint.address
         self.loop = loop if loop is not None else EventLoop(self.endpoint, kind)
         self.objects = ObjectTable(self.address, self.loop.call_soon, self._on_free)
+        self.objects.free_needs_loop = self._free_needs_loop
         # object id -> what to run when it is freed (the tensor transport's anchors)
         self.free_hooks: dict[bytes, Callable[[], None]] = {}
         self.tasks = TaskSubmitter(self)
@@ -471,6 +472,13 @@ class CoreClient:
         why = f"its owner lived on node {msg.node_id}, which {msg.why}"
         self.owner_probe.feed(OwnerNodeDied(msg.address, prefix or "", why))
         self.objects.handle(BorrowerGone(msg.address, prefix or ""))
+
+    def _free_needs_loop(self, object_id: bytes, entry: ObjectEntry) -> bool:
+        """False when `_on_free` would do nothing for this object (an owned inline value)."""
+        if not entry.owned or object_id in self.free_hooks or object_id in self.actors.lives:
+            return True
+        value = entry.value
+        return value is not None and value.loc is not None
 
     def _on_free(self, object_id: bytes, entry: ObjectEntry) -> None:
         hook = self.free_hooks.pop(object_id, None)

@@ -79,6 +79,9 @@ class ObjectTable:
         self.entries: dict[bytes, ObjectEntry] = {}
         self._post = post
         self._on_free = on_free
+        # whether a freed object's `on_free` has anything to do (else the loop is not woken:
+        # most refs are owned small values that need nothing when they go)
+        self.free_needs_loop: Callable[[bytes, ObjectEntry], bool] = lambda oid, entry: True
 
     def handle(self, event: Event) -> list[Action]:
         """Feed the core one event and carry out its actions; returns them too."""
@@ -99,7 +102,8 @@ class ObjectTable:
                     case _:
                         assert_never(action)
         for oid, entry in freed:
-            self._post(self._on_free, oid, entry)
+            if self.free_needs_loop(oid, entry):
+                self._post(self._on_free, oid, entry)
         return actions
 
     # -- counting --------------------------------------------------------------------------
