@@ -171,7 +171,7 @@ class ActorClass:
                       else encode_strategy(opts.get("scheduling_strategy"))),
             labels=labels_of(opts),
             concurrency_groups=_groups_of(opts),
-            fn_blob=self._exported.blob)
+            fn_blob=self._exported.blob, max_pending_calls=max_pending)
         if nested:
             client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])
         # top-level ref arguments are resolved by the runtime, without blocking here: the
@@ -181,11 +181,10 @@ class ActorClass:
         if lifetime != "detached":  # its handles are counted: the last one gone ends it
             life = ObjectRef(actor_life_id(actor_id), client.address, client)
             client.actors.lives[life.id] = actor_id
-        handle = ActorHandle(actor_id, self.__name__, self._methods,
-                             int(opts.get("max_task_retries", 0)), owned=True, life=life)
-        handle._max_pending_calls = max_pending
-        handle._unordered = is_async or int(max_conc) > 1
-        return handle
+        return ActorHandle(actor_id, self.__name__, self._methods,
+                           int(opts.get("max_task_retries", 0)), owned=True, life=life,
+                           max_pending_calls=max_pending,
+                           unordered=is_async or int(max_conc) > 1)
 
 
 def _groups_of(opts: dict[str, Any]) -> dict[str, int]:
@@ -274,11 +273,14 @@ def named_actor_handle(client: Any, name: str, namespace: str) -> ActorHandle | 
         if reply.owner != client.address:
             client.loop.send_threadsafe(reply.owner, m.AddBorrowers(
                 object_ids=[life.id], borrower=client.address))
-    return ActorHandle(reply.actor_id, reply.class_name, {}, life=life)
+    # Ray keeps the creation's handle fields with the name: the limit and ordering follow it
+    return ActorHandle(reply.actor_id, reply.class_name, {}, life=life,
+                       max_pending_calls=reply.max_pending_calls,
+                       unordered=reply.is_async or reply.max_concurrency > 1)
 
 
 _HANDLE_FIELDS = frozenset({"_actor_id", "_class_name", "_methods", "_max_task_retries",
-                            "_owned", "_max_pending_calls", "_life"})
+                            "_owned", "_max_pending_calls", "_life", "_unordered"})
 
 
 class ActorHandle:
@@ -286,15 +288,19 @@ class ActorHandle:
 
     def __init__(self, actor_id: bytes, class_name: str, methods: dict[str, int],
                  max_task_retries: int = 0, owned: bool = False,
-                 life: ObjectRef | None = None) -> None:
+                 life: ObjectRef | None = None, max_pending_calls: int = -1,
+                 unordered: bool = False) -> None:
         self._actor_id = actor_id
         self._life = life  # counts this handle with the creator (None: detached)
         self._class_name = class_name
         self._methods = methods
         self._max_task_retries = max_task_retries
         self._owned = owned
-        self._max_pending_calls = -1  # set by the creator; a passed handle has no limit
-        self._unordered = False  # threaded/async (known to the creating handle)
+        # Every handle, passed or looked up by name, keeps the creation's limit (counted per
+        # handle in each process, as Ray's) and lets ready calls of threaded/async actors
+        # overtake calls still waiting for their arguments.
+        self._max_pending_calls = max_pending_calls
+        self._unordered = unordered
 
     def _record(self, client: Any) -> Any:
         return client.actors.track(self._actor_id, self._class_name, self._max_task_retries)
@@ -312,7 +318,8 @@ class ActorHandle:
     def __reduce__(self) -> Any:
         # The life ref travels inside: the receiver borrows it, so the creator counts it.
         return (ActorHandle, (self._actor_id, self._class_name, self._methods,
-                              self._max_task_retries, False, self._life))
+                              self._max_task_retries, False, self._life,
+                              self._max_pending_calls, self._unordered))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()[:12]})"

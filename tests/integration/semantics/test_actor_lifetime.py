@@ -262,3 +262,35 @@ def test_threaded_actor_call_with_unready_argument_does_not_hold_up_others(ray):
     assert not ready
     ray.get(gate.open.remote(), timeout=30)
     assert ray.get(blocked, timeout=30) == "late"
+
+
+def test_ready_calls_overtake_unready_ones_through_a_handle_got_by_name(ray):
+    # observed Ray behaviour, as above, through a handle from get_actor (Ray's named handle
+    # keeps the creation's fields)
+    @ray.remote
+    class Gate:
+        def __init__(self):
+            self.ev = threading.Event()
+
+        def wait(self):
+            self.ev.wait(60)
+            return "late"
+
+        def open(self):
+            self.ev.set()
+
+    @ray.remote(max_concurrency=4)
+    class Echo:
+        def echo(self, x):
+            return x
+
+    gate = Gate.options(max_concurrency=2).remote()
+    keep = Echo.options(name="echo-by-name").remote()  # noqa: F841 (a handle keeps it alive)
+    e = ray.get_actor("echo-by-name")
+    blocked = e.echo.remote(gate.wait.remote())
+    assert ray.get(e.echo.remote("ready"), timeout=30) == "ready"
+    ready, _ = ray.wait([blocked], timeout=0)
+    assert not ready
+    ray.get(gate.open.remote(), timeout=30)
+    assert ray.get(blocked, timeout=30) == "late"
+    ray.kill(e)

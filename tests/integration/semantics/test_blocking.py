@@ -69,7 +69,8 @@ def test_max_pending_calls_raises_past_the_limit(ray):
     with pytest.raises(PendingCallsLimitExceeded):
         gate.wait.remote()
 
-    # a handle passed to a task carries no limit: it opens the gate
+    # a handle passed to a task counts its own pending calls (Ray counts per handle): its
+    # first call goes through and opens the gate
     @ray.remote(num_cpus=0)
     def open_it(h):
         ray.get(h.open.remote())
@@ -87,3 +88,48 @@ def test_max_pending_calls_is_validated(ray):
 
     with pytest.raises(ValueError):
         A.options(max_pending_calls=0).remote()
+
+
+def test_max_pending_calls_holds_for_a_passed_handle_and_one_got_by_name(ray):
+    # ray source (the ActorHandle proto carries max_pending_calls, so a serialized handle and
+    # a named handle from the GCS keep it); the count is per actor in each process (Ray's
+    # ActorTaskSubmitter queue), so every handle in the driver shares it
+    @ray.remote
+    class Gate:
+        def __init__(self):
+            self.ev = threading.Event()
+
+        def wait(self):
+            self.ev.wait(60)
+            return 1
+
+        def open(self):
+            self.ev.set()
+
+    gate = Gate.options(name="limited-gate", max_pending_calls=2, max_concurrency=8).remote()
+
+    @ray.remote(num_cpus=0)
+    def overfill(h):
+        refs = [h.wait.remote() for _ in range(2)]
+        try:
+            h.wait.remote()
+        except PendingCallsLimitExceeded:
+            return "limited", len(refs)
+        return "unlimited", len(refs)
+
+    assert ray.get(overfill.remote(gate), timeout=30) == ("limited", 2)
+    named = ray.get_actor("limited-gate")
+    held = [named.wait.remote() for _ in range(2)]
+    with pytest.raises(PendingCallsLimitExceeded):
+        named.wait.remote()
+    with pytest.raises(PendingCallsLimitExceeded):
+        gate.open.remote()  # the creating handle shares the driver's count
+
+    @ray.remote(num_cpus=0)
+    class Opener:  # a process of its own: the task's worker still counts overfill's calls
+        def open(self, h):
+            ray.get(h.open.remote())
+
+    ray.get(Opener.remote().open.remote(gate), timeout=30)
+    assert ray.get(held, timeout=30) == [1, 1]
+    ray.kill(gate)

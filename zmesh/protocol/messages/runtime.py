@@ -132,6 +132,7 @@ class CreateActor(Message, tag=28):
     restarts: int = 0
     labels: dict[str, str] = {}  # the node's labels must match these exactly
     concurrency_groups: dict[str, int] = {}  # group name -> calls it may run at once
+    max_pending_calls: int = -1  # per handle, every handle (-1: no limit)
 
 
 class ActorState(Message, tag=29):
@@ -174,6 +175,8 @@ class NamedActorReply(Message, tag=32):
     is_async: bool = False
     owner: str = ""  # the creator, which counts the actor's handles (non-detached actors)
     detached: bool = False
+    max_pending_calls: int = -1
+    max_concurrency: int = 1
 
 
 class WorkerExited(Message, tag=33):

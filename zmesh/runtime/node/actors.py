@@ -300,7 +300,8 @@ class ActorManager:
             request_id=msg.request_id, found=True, actor_id=entry.spec.actor_id,
             class_name=entry.spec.class_name, address=entry.address, state=entry.state,
             fn_id=entry.spec.fn_id, is_async=entry.spec.is_async, owner=entry.spec.owner,
-            detached=entry.spec.detached))
+            detached=entry.spec.detached, max_pending_calls=entry.spec.max_pending_calls,
+            max_concurrency=entry.spec.max_concurrency))
 
     # -- placement groups ------------------------------------------------------------------
     def _on_create_pg(self, sender: str, msg: m.CreatePlacementGroup, bufs: list[Any]) -> None:

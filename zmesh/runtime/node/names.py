@@ -40,7 +40,9 @@ class ActorDirectory:
         spec = entry.spec
         record = {"actor_id": spec.actor_id, "home": self.node.mesh_address,
                   "class_name": spec.class_name, "fn_id": spec.fn_id, "is_async": spec.is_async,
-                  "owner": spec.owner, "detached": spec.detached}
+                  "owner": spec.owner, "detached": spec.detached,
+                  "max_pending_calls": spec.max_pending_calls,
+                  "max_concurrency": spec.max_concurrency}
         key = named_key(spec.namespace, spec.name)
 
         def done(c: Completion, retried: bool = False) -> None:
@@ -85,7 +87,9 @@ class ActorDirectory:
                 request_id=msg.request_id, found=True, actor_id=holder["actor_id"],
                 class_name=holder["class_name"], state="pending", fn_id=holder["fn_id"],
                 is_async=holder["is_async"], owner=holder.get("owner", ""),
-                detached=holder.get("detached", True)))
+                detached=holder.get("detached", True),
+                max_pending_calls=holder.get("max_pending_calls", -1),
+                max_concurrency=holder.get("max_concurrency", 1)))
 
         self.node.control.get(named_key(msg.namespace, msg.name), done)
 
