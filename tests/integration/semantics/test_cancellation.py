@@ -127,6 +127,61 @@ def test_queued_actor_task_is_cancelled_and_never_runs(ray, gate):
     assert ray.get(a.ran_list.remote(), timeout=30) == ["kept"]
 
 
+def test_recursive_cancel_cancels_the_actor_tasks_it_submitted(ray, gate):
+    # docs (Task cancellation: "ray.cancel(recursive=True) cancels all child and Actor
+    # Tasks"): a queued actor call the cancelled task made is cancelled and never runs
+    @ray.remote
+    class Seq:
+        def __init__(self):
+            self.ran = []
+
+        def block(self, g):
+            ray.get(g.mark.remote())
+            ray.get(g.wait.remote())
+
+        def record(self, x):
+            self.ran.append(x)
+            return x
+
+        def ran_list(self):
+            return self.ran
+
+    @ray.remote(max_concurrency=2)
+    class Keeper:
+        def __init__(self):
+            self.refs = []
+            self.kept = threading.Event()
+
+        def keep(self, refs):
+            self.refs = refs
+            self.kept.set()
+
+        def get(self):
+            self.kept.wait(60)
+            return self.refs
+
+    @ray.remote(num_cpus=0)
+    def parent(a, keeper):
+        child = a.record.remote("child")
+        ray.get(keeper.keep.remote([child]))  # the driver learns the call was made
+        return ray.get(child)
+
+    a, keeper = Seq.remote(), Keeper.remote()
+    first = a.block.remote(gate)
+    assert ray.get(gate.wait_started.remote(), timeout=30)
+    ref = parent.remote(a, keeper)
+    children = ray.get(keeper.get.remote(), timeout=90)
+    assert children, "the task never made its actor call"
+    ray.cancel(ref)
+    with pytest.raises(TaskCancelledError):
+        ray.get(ref, timeout=30)
+    ray.get(gate.open.remote(), timeout=30)
+    ray.get(first, timeout=30)
+    with pytest.raises(TaskCancelledError):
+        ray.get(children[0], timeout=30)
+    assert ray.get(a.ran_list.remote(), timeout=30) == []
+
+
 def test_actor_task_cancelled_before_the_actor_is_up(ray, gate):
     # docs (Actor task cancellation, pending tasks): a call still queued at the caller
     # (the actor is starting) is cancelled; the calls after it still run in order

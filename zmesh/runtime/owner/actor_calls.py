@@ -62,6 +62,7 @@ class Call:
     release: list[bytes]
     backpressure: int = 0
     group: str = ""
+    parent: bytes = b""  # the task that made the call (cancel(recursive=True) follows it)
 
 
 @dataclass(eq=False)
@@ -202,7 +203,7 @@ class ActorCaller:
         if release:
             client.objects.add_submitted(release)
         call = Call(rec, task_id, method, m.Args(data=data), num_returns, release, backpressure,
-                    group)
+                    group, client.current_task_id or b"")
         self.calls[task_id] = call
         if not top_refs:
             self._carry(self._handle(Submit(rec.actor_id, task_id)), on_loop=False)
@@ -230,6 +231,12 @@ class ActorCaller:
     def has_call(self, task_id: bytes) -> bool:
         """True if `task_id` is an unfinished call to an actor made here."""
         return task_id in self.calls
+
+    def cancel_children(self, parent: bytes) -> None:
+        """Cancel the unfinished actor calls task `parent` made (Ray's recursive cancel
+        covers actor tasks too; loop thread)."""
+        for call in [c for c in list(self.calls.values()) if c.parent == parent]:
+            self.cancel(call.task_id, recursive=True)
 
     def cancel(self, task_id: bytes, recursive: bool) -> None:
         """Ray's actor-task cancel (loop thread): a call not sent yet fails now with

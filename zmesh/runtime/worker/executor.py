@@ -90,6 +90,7 @@ class Executor:
         self.cancelled.add(msg.task_id)
         if msg.recursive:
             self.client.tasks.cancel_children(msg.task_id, False)
+            self.client.actors.cancel_children(msg.task_id)
         if self.actor is not None:
             # as Ray: a queued actor task never runs; a running one is interrupted only in
             # an async actor (a sync actor's state must not be torn mid-method)
