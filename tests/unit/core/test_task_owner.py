@@ -1,0 +1,350 @@
+"""The task-owner core alone: scripted cases for each rule, and hypothesis driving random
+events (submissions, grants, results, worker deaths, revocations, timers, cancels, rebuilds)
+against a model of the node and its workers, with validate() after every step."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from zmesh.core.task_owner import (
+    MAX_LEASE_REQUESTS,
+    PIPELINE_DEPTH,
+    Action,
+    ArgsReady,
+    ArmIdle,
+    Cancel,
+    CancelOnWorker,
+    Complete,
+    Event,
+    Fail,
+    IdleTimeout,
+    LeaseFailed,
+    LeaseGranted,
+    LeaseRevoked,
+    Reason,
+    Rebuild,
+    RequestLease,
+    Rerun,
+    ResolveArgs,
+    Result,
+    ReturnLease,
+    Send,
+    Submit,
+    TaskOwner,
+    WorkerExited,
+)
+
+KEY = ("cpu",)
+
+
+def sends(actions: list[Action]) -> list[bytes]:
+    return [a.task_id for a in actions if isinstance(a, Send)]
+
+
+def granted(core: TaskOwner, actions: list[Action], lease: bytes) -> list[Action]:
+    rid = next(a.request_id for a in actions if isinstance(a, RequestLease))
+    return core.handle(LeaseGranted(rid, lease, "w-" + lease.decode(), "node"))
+
+
+def test_tasks_of_a_dead_worker_run_again_in_the_order_they_were_sent() -> None:
+    core = TaskOwner()
+    first = core.handle(Submit(b"t0", KEY, 3))
+    for i in range(1, 4):
+        core.handle(Submit(b"t%d" % i, KEY, 3))
+    assert sends(granted(core, first, b"L1")) == [b"t0", b"t1", b"t2", b"t3"]
+    core.handle(Submit(b"t4", KEY, 3))  # queued behind the full lease
+    out = core.handle(WorkerExited(b"L1", "killed"))
+    core.validate()
+    again = granted(core, out, b"L2")
+    assert sends(again) == [b"t0", b"t1", b"t2", b"t3"]  # ahead of t4, in their order
+    assert [a.attempt for a in again if isinstance(a, Send)] == [1, 1, 1, 1]
+    core.validate()
+
+
+def test_a_task_without_retries_fails_when_its_worker_dies() -> None:
+    core = TaskOwner()
+    out = granted(core, core.handle(Submit(b"t", KEY, 0)), b"L")
+    assert sends(out) == [b"t"]
+    out = core.handle(WorkerExited(b"L", "oom"))
+    assert out == [Fail(b"t", Reason.WORKER_DIED, "oom", 0)]
+    assert not core.tasks
+    core.validate()
+
+
+def test_max_retries_minus_one_retries_forever() -> None:
+    core = TaskOwner()
+    out = core.handle(Submit(b"t", KEY, -1))
+    for i in range(50):
+        out = granted(core, out, b"L%d" % i)
+        assert sends(out) == [b"t"]
+        out = core.handle(WorkerExited(b"L%d" % i, "killed"))
+        assert not any(isinstance(a, Fail) for a in out)
+        core.validate()
+
+
+def test_a_retryable_exception_runs_the_task_again_until_retries_run_out() -> None:
+    core = TaskOwner()
+    out = granted(core, core.handle(Submit(b"t", KEY, 1)), b"L")
+    out = core.handle(Result(b"t", retryable=True))
+    assert sends(out) == [b"t"] and Complete(b"t") not in out
+    out = core.handle(Result(b"t", retryable=True))
+    assert Complete(b"t") in out
+    core.validate()
+
+
+def test_zero_resource_tasks_get_one_worker_each() -> None:
+    core = TaskOwner()
+    outs = [core.handle(Submit(b"t%d" % i, ("zero",), 0, holds_resources=False))
+            for i in range(3)]
+    requests = [a for out in outs for a in out if isinstance(a, RequestLease)]
+    assert len(requests) == 3
+    out = core.handle(LeaseGranted(requests[0].request_id, b"L", "w", "node"))
+    assert sends(out) == [b"t0"]  # depth 1
+    core.validate()
+
+
+def test_pipelining_depth_and_lease_request_cap() -> None:
+    core = TaskOwner()
+    out: list[Action] = []
+    for i in range(40):
+        out += core.handle(Submit(b"t%d" % i, KEY, 0))
+    requests = [a for a in out if isinstance(a, RequestLease)]
+    assert len(requests) == MAX_LEASE_REQUESTS
+    out = core.handle(LeaseGranted(requests[0].request_id, b"L", "w", "node"))
+    assert len(sends(out)) == PIPELINE_DEPTH
+    core.validate()
+
+
+def test_idle_lease_goes_back_after_its_timer_and_not_on_a_stale_one() -> None:
+    core = TaskOwner()
+    out = granted(core, core.handle(Submit(b"t", KEY, 0)), b"L")
+    out = core.handle(Result(b"t"))
+    arm = next(a for a in out if isinstance(a, ArmIdle))
+    assert core.handle(IdleTimeout(b"L", arm.stamp - 1)) == []
+    assert core.handle(IdleTimeout(b"L", arm.stamp)) == [ReturnLease(b"L")]
+    core.validate()
+
+
+def test_revoked_lease_goes_back_once_its_tasks_are_done() -> None:
+    core = TaskOwner()
+    out = granted(core, core.handle(Submit(b"t", KEY, 0)), b"L")
+    assert core.handle(LeaseRevoked(b"L")) == []
+    out = core.handle(Result(b"t"))
+    assert ReturnLease(b"L") in out
+    core.validate()
+
+
+def test_an_unknown_grant_goes_back_to_its_sender() -> None:
+    core = TaskOwner()
+    assert core.handle(LeaseGranted(99, b"L", "w", "other-node")) == [
+        ReturnLease(b"L", False, "other-node")]
+
+
+def test_lease_failure_fails_the_queued_tasks() -> None:
+    core = TaskOwner()
+    out = core.handle(Submit(b"t", KEY, 3))
+    rid = next(a.request_id for a in out if isinstance(a, RequestLease))
+    assert core.handle(LeaseFailed(rid, b"err")) == [
+        Fail(b"t", Reason.LEASE_FAILED, error=b"err")]
+    core.validate()
+
+
+def test_cancel_before_running_fails_at_once_and_while_running_asks_the_worker() -> None:
+    core = TaskOwner()
+    core.handle(Submit(b"a", KEY, 0, waiting=True))
+    assert core.handle(Cancel(b"a")) == [Fail(b"a", Reason.CANCELLED_BEFORE_RUN)]
+    assert core.handle(ArgsReady(b"a")) == []  # resolved after the cancel: nothing runs
+    out = granted(core, core.handle(Submit(b"b", KEY, 3)), b"L")
+    assert core.handle(Cancel(b"b")) == [CancelOnWorker(b"b", "w-L")]
+    assert core.handle(WorkerExited(b"L", "killed")) == [Fail(b"b", Reason.CANCELLED)]
+    core.validate()
+
+
+def test_a_task_follows_its_producer_onto_its_lease() -> None:
+    core = TaskOwner()
+    granted(core, core.handle(Submit(b"p", KEY, 0)), b"L")
+    out = core.handle(Submit(b"c", KEY, 0, waiting=True, producers=(b"p",)))
+    assert out == [Send(b"c", b"L", "w-L", 0)]
+    out = core.handle(Submit(b"d", ("other",), 0, waiting=True, producers=(b"p",)))
+    assert out == [ResolveArgs(b"d")]  # another shape: waits for the value
+    core.validate()
+
+
+def test_rebuild_runs_a_finished_task_again_within_its_retries() -> None:
+    core = TaskOwner()
+    out = core.handle(Rebuild(b"t", KEY, 2, attempt=0))
+    assert out[0] == Rerun(b"t", 1)
+    assert core.handle(Rebuild(b"t", KEY, 2, attempt=0)) == []  # already rebuilding
+    assert core.handle(Rebuild(b"u", KEY, 2, attempt=2)) == []  # no retries left
+    core.validate()
+
+
+# -- hypothesis --------------------------------------------------------------------------
+KEYS = [("cpu",), ("gpu",), ("zero",)]
+
+
+class OwnerMachine(RuleBasedStateMachine):
+    """The core against a model node (grants or fails requests) and model workers (each
+    runs what it was sent, in order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = TaskOwner(log_size=2_000)
+        self.n = 0
+        self.leases = 0
+        self.requests: list[int] = []  # outstanding, in the order made
+        self.live: dict[bytes, list[bytes]] = {}  # lease -> tasks sent to it, not answered
+        self.ended: set[bytes] = set()
+        self.open: dict[bytes, tuple[tuple[str, ...], int, int]] = {}  # task -> key, retries, att
+        self.finished: dict[bytes, tuple[tuple[str, ...], int, int]] = {}
+        self.waiting: list[bytes] = []
+        self.timers: list[tuple[bytes, int]] = []
+        self.order_checks: list[list[bytes]] = []  # retried groups, in their sent order
+
+    def step(self, event: Event) -> list[Action]:
+        out = self.core.handle(event)
+        for a in out:
+            match a:
+                case Send(tid, lid, _w, attempt):
+                    assert tid in self.open and tid not in self.ended
+                    assert lid in self.live, f"sent to a lease that is gone\n{self.core.story(tid)}"
+                    assert attempt == self.open[tid][2] or attempt == self.open[tid][2] + 1
+                    self.open[tid] = (self.open[tid][0], self.open[tid][1], attempt)
+                    self.live[lid].append(tid)
+                    for group in self.order_checks:
+                        if tid in group:
+                            assert group[0] == tid, f"{tid!r} re-sent before {group[0]!r}, " \
+                                f"sent before it\n{self.core.story(tid)}"
+                            group.remove(tid)
+                case Complete(tid) | Fail(tid):
+                    assert tid in self.open and tid not in self.ended, \
+                        f"ended twice\n{self.core.story(tid)}"
+                    self.ended.add(tid)
+                    self.finished[tid] = self.open.pop(tid)
+                    for group in self.order_checks:
+                        if tid in group:
+                            group.remove(tid)
+                    for tasks in self.live.values():
+                        if tid in tasks:
+                            tasks.remove(tid)
+                case RequestLease(rid, _k):
+                    self.requests.append(rid)
+                case ReturnLease(lid, _r, to):
+                    if not to:
+                        assert not self.live.pop(lid), "returned a lease with tasks on it"
+                case ArmIdle(lid, stamp):
+                    self.timers.append((lid, stamp))
+                case ResolveArgs(tid):
+                    self.waiting.append(tid)
+                case Rerun(tid, attempt):
+                    key, retries, _ = self.finished.pop(tid)
+                    self.ended.discard(tid)
+                    self.open[tid] = (key, retries, attempt)
+                case CancelOnWorker(tid, _w):
+                    pass
+                case _:
+                    raise AssertionError(a)
+        self.core.validate()
+        return out
+
+    @rule(k=st.sampled_from(KEYS), retries=st.sampled_from([0, 1, 2, -1]),
+          waiting=st.booleans(), follow=st.booleans())
+    def submit(self, k: tuple[str, ...], retries: int, waiting: bool, follow: bool) -> None:
+        tid = b"t%d" % self.n
+        self.n += 1
+        self.open[tid] = (k, retries, 0)
+        producers: tuple[bytes, ...] = ()
+        if waiting and follow and self.open:
+            producers = (sorted(self.open)[0],)
+        self.step(Submit(tid, k, retries, holds_resources=k != ("zero",), waiting=waiting,
+                         producers=producers))
+
+    @rule(data=st.data())
+    def args_ready(self, data: st.DataObject) -> None:
+        if self.waiting:
+            tid = self.waiting.pop(data.draw(st.integers(0, len(self.waiting) - 1)))
+            self.step(ArgsReady(tid))
+
+    @rule(data=st.data(), fail=st.booleans())
+    def answer_request(self, data: st.DataObject, fail: bool) -> None:
+        if not self.requests:
+            return
+        rid = self.requests.pop(data.draw(st.integers(0, len(self.requests) - 1)))
+        if fail and data.draw(st.integers(0, 9)) == 0:
+            self.step(LeaseFailed(rid, b"no"))
+            return
+        self.leases += 1
+        lid = b"L%d" % self.leases
+        self.live[lid] = []
+        self.step(LeaseGranted(rid, lid, "w" + lid.decode(), "node"))
+
+    @rule(data=st.data(), retryable=st.booleans())
+    def worker_answers(self, data: st.DataObject, retryable: bool) -> None:
+        busy = sorted(lid for lid, tasks in self.live.items() if tasks)
+        if busy:
+            lid = data.draw(st.sampled_from(busy))
+            tid = self.live[lid].pop(0)  # a worker runs its tasks in order
+            self.step(Result(tid, retryable))
+
+    @rule(data=st.data())
+    def worker_dies(self, data: st.DataObject) -> None:
+        if not self.live:
+            return
+        lid = data.draw(st.sampled_from(sorted(self.live)))
+        tasks = list(self.live.pop(lid))
+        # the tasks retried must be sent again in the order they were sent (checked in step)
+        self.order_checks.append(tasks)
+        self.step(WorkerExited(lid, "killed"))
+        self.order_checks = [g for g in self.order_checks if g]
+
+    @rule(data=st.data())
+    def revoke(self, data: st.DataObject) -> None:
+        if self.live:
+            self.step(LeaseRevoked(data.draw(st.sampled_from(sorted(self.live)))))
+
+    @rule(data=st.data())
+    def timer(self, data: st.DataObject) -> None:
+        if self.timers:
+            lid, stamp = self.timers.pop(data.draw(st.integers(0, len(self.timers) - 1)))
+            self.step(IdleTimeout(lid, stamp))
+
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        if self.open:
+            self.step(Cancel(data.draw(st.sampled_from(sorted(self.open)))))
+
+    @rule(data=st.data())
+    def rebuild(self, data: st.DataObject) -> None:
+        if self.finished:
+            tid = data.draw(st.sampled_from(sorted(self.finished)))
+            key, retries, attempt = self.finished[tid]
+            self.step(Rebuild(tid, key, retries, attempt, holds_resources=key != ("zero",)))
+
+    @invariant()
+    def every_open_task_is_tracked(self) -> None:
+        assert set(self.open) == set(self.core.tasks)
+
+    def teardown(self) -> None:
+        """Answer everything, with no more faults: every task ends."""
+        for _ in range(10_000):
+            if self.waiting:
+                self.step(ArgsReady(self.waiting.pop()))
+            elif self.requests:
+                self.leases += 1
+                lid = b"L%d" % self.leases
+                self.live[lid] = []
+                self.step(LeaseGranted(self.requests.pop(0), lid, "w", "node"))
+            elif any(self.live.values()):
+                lid = next(lid for lid, tasks in self.live.items() if tasks)
+                self.step(Result(self.live[lid].pop(0)))
+            else:
+                break
+        assert not self.open, f"tasks never ended: {sorted(self.open)}\n" + "\n".join(
+            self.core.story(t) for t in self.open)
+
+
+OwnerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50,
+                                          deadline=None)
+TestTaskOwner = OwnerMachine.TestCase
