@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "AddBorrower", "AddLocal", "AddSubmitted", "BorrowerGone", "Event", "Action", "Escaped", "Free",
@@ -217,7 +218,9 @@ class Ownership:
         self.records: dict[bytes, Record] = {}
         self.dead_owners: list[tuple[str, str, str]] = []  # (address, ipc prefix, why)
         self.probing: dict[str, set[bytes]] = {}  # owner -> failed reads awaiting a verdict
-        self.log: deque[tuple[Event, tuple[Action, ...]]] = deque(maxlen=log_size)
+        # (event, actions); the fast paths log (event class, *its fields) instead, which
+        # story() turns back into the event: no event object per ref on the hot path.
+        self.log: deque[tuple[Any, ...]] = deque(maxlen=log_size)
 
     # -- the entry point -----------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
@@ -229,6 +232,35 @@ class Ownership:
         rule(self, event, out)  # type: ignore[operator]
         self.log.append((event, tuple(out) if out else ()))
         return out
+
+    # -- fast paths: the same rules as handle(AddLocal) / handle(RemoveLocal), without --
+    # -- building the event: every ObjectRef made or dropped comes through here --------
+    def add_local(self, object_id: bytes, owner: str) -> Record | None:
+        """`handle(AddLocal(object_id, owner))`; returns the Record if it is new."""
+        self.log.append((AddLocal, object_id, owner))
+        rec = self.records.get(object_id)
+        if rec is not None:
+            rec.local += 1
+            return None
+        rec = self.records[object_id] = Record(owner, owner == self.address, 1)
+        return rec
+
+    def remove_local(self, object_id: bytes) -> list[Action]:
+        """`handle(RemoveLocal(object_id))`."""
+        rec = self.records.get(object_id)
+        if rec is not None:
+            rec.local -= 1
+            if not (rec.local or rec.submitted or rec.borrowers or rec.escaped):
+                if rec.contained or rec.held:
+                    out: list[Action] = []
+                    self._maybe_free(object_id, out)
+                else:  # the common case, inline: nothing else is released with it
+                    del self.records[object_id]
+                    out = [Free(object_id, rec.owner, rec.owned, ())]
+                self.log.append((RemoveLocal(object_id), tuple(out)))
+                return out
+        self.log.append((RemoveLocal, object_id))
+        return _NOTHING
 
     # -- one rule per event (dispatched by type: this is the hot path of every ref) --------
     def _add_local(self, e: AddLocal, out: list[Action]) -> None:
@@ -393,10 +425,19 @@ class Ownership:
     def story(self, object_id: bytes) -> str:
         """The logged events and actions that concern `object_id`, oldest first."""
         lines = []
-        for event, actions in self.log:
+        for entry in self.log:
+            event: Event
+            actions: tuple[Action, ...]
+            if isinstance(entry[0], type):  # a fast path's entry
+                event, actions = entry[0](*entry[1:]), ()
+            else:
+                event, actions = entry
             if _mentions(event, object_id) or any(_mentions(a, object_id) for a in actions):
                 lines.append(f"{event!r} -> {list(actions)!r}")
         return "\n".join(lines) or f"(no events about {object_id.hex()})"
+
+
+_NOTHING: list[Action] = []  # returned by a fast path with nothing to do (never mutated)
 
 
 def _mentions(item: Event | Action, object_id: bytes) -> bool:

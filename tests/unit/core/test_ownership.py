@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -218,3 +218,23 @@ def test_contained_and_held_objects_go_with_their_outer_value() -> None:
     out = core.handle(RemoveLocal(b"outer"))
     assert [a.object_id for a in out if isinstance(a, Free)] == [b"outer", b"inner", b"theirs"]
     assert not core.records
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.sampled_from(["me", "other"])),
+                max_size=60))
+def test_fast_paths_do_what_handle_does(steps: list[tuple[bool, int, str]]) -> None:
+    """add_local/remove_local (the hot path of every ref) give the same records, actions
+    and story as handle(AddLocal)/handle(RemoveLocal)."""
+    slow, fast = Ownership("me"), Ownership("me")
+    for add, n, owner in steps:
+        oid = b"o%d" % n
+        if add:
+            slow.handle(AddLocal(oid, owner))
+            fast.add_local(oid, owner)
+        else:
+            assert fast.remove_local(oid) == slow.handle(RemoveLocal(oid))
+        assert fast.records == slow.records
+        fast.validate()
+    for n in range(4):
+        assert fast.story(b"o%d" % n) == slow.story(b"o%d" % n)

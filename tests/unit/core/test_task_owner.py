@@ -156,7 +156,7 @@ def test_cancel_before_running_fails_at_once_and_while_running_asks_the_worker()
     core.handle(Submit(b"a", KEY, 0, waiting=True))
     assert core.handle(Cancel(b"a")) == [Fail(b"a", Reason.CANCELLED_BEFORE_RUN)]
     assert core.handle(ArgsReady(b"a")) == []  # resolved after the cancel: nothing runs
-    out = granted(core, core.handle(Submit(b"b", KEY, 3)), b"L")
+    granted(core, core.handle(Submit(b"b", KEY, 3)), b"L")
     assert core.handle(Cancel(b"b")) == [CancelOnWorker(b"b", "w-L")]
     assert core.handle(WorkerExited(b"L", "killed")) == [Fail(b"b", Reason.CANCELLED)]
     core.validate()

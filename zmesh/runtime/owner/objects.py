@@ -16,7 +16,6 @@ from zmesh.core.exhaustive import assert_never
 from zmesh.core.ownership import (
     Action,
     AddBorrower,
-    AddLocal,
     AddSubmitted,
     Escaped,
     Event,
@@ -29,7 +28,6 @@ from zmesh.core.ownership import (
     Record,
     RefuseBorrow,
     RemoveBorrower,
-    RemoveLocal,
     RemoveSubmitted,
     Verdict,
 )
@@ -89,32 +87,48 @@ class ObjectTable:
             actions = self.core.handle(event)
             if not actions:
                 return actions
-            freed: list[tuple[bytes, ObjectEntry]] = []
-            for action in actions:
-                match action:
-                    case Free(oid, _owner, _owned, held):
-                        entry = self.entries.pop(oid, None)
-                        if entry is not None:
-                            entry.held = held
-                            freed.append((oid, entry))
-                    case RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict():
-                        pass  # the caller's to carry out
-                    case _:
-                        assert_never(action)
+            freed = self._drop_freed(actions)
         for oid, entry in freed:
             if self.free_needs_loop(oid, entry):
                 self._post(self._on_free, oid, entry)
         return actions
 
+    def _drop_freed(self, actions: list[Action]) -> list[tuple[bytes, ObjectEntry]]:
+        """The entries of the objects the core freed, taken out of the table (lock held)."""
+        freed: list[tuple[bytes, ObjectEntry]] = []
+        for action in actions:
+            match action:
+                case Free(oid, _owner, _owned, held):
+                    entry = self.entries.pop(oid, None)
+                    if entry is not None:
+                        entry.held = held
+                        freed.append((oid, entry))
+                case RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict():
+                    pass  # the caller's to carry out
+                case _:
+                    assert_never(action)
+        return freed
+
     # -- counting --------------------------------------------------------------------------
     def incref(self, object_id: bytes, owner: str) -> None:
         with self.lock:
-            self.core.handle(AddLocal(object_id, owner))
-            if object_id not in self.entries:
-                self.entries[object_id] = ObjectEntry(self.core.records[object_id])
+            record = self.core.add_local(object_id, owner)
+            if record is not None and object_id not in self.entries:
+                self.entries[object_id] = ObjectEntry(record)
 
     def decref(self, object_id: bytes) -> None:
-        self.handle(RemoveLocal(object_id))
+        with self.lock:
+            actions = self.core.remove_local(object_id)
+            if not actions:
+                return
+            first = actions[0]
+            if len(actions) == 1 and isinstance(first, Free) and not first.held:
+                entry = self.entries.pop(object_id, None)  # the common case: only it is freed
+                freed = [] if entry is None else [(object_id, entry)]
+            else:
+                freed = self._drop_freed(actions)
+        for oid, entry in freed:
+            self._post(self._on_free, oid, entry)
 
     def add_submitted(self, object_ids: Sequence[bytes]) -> None:
         self.handle(AddSubmitted(tuple(object_ids)))
