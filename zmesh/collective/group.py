@@ -1,9 +1,9 @@
 """One collective group in one member process: a torch.distributed process group plus a
 watchdog, so that a member that dies fails the others' collectives instead of hanging them.
 
-The watchdog beats a counter per member in the group's store; a member whose counter stops
-for `dead_after_s`, a store that stops answering (rank 0 serves it), or a collective that
-errs (gloo sees a peer's socket close) breaks the group: every pending and later collective
+The watchdog beats a counter per member in the group's store (the mesh's KV); a member
+whose counter stops for `dead_after_s`, a store that stops answering (our node is gone), or
+a collective that errs (gloo sees a peer's socket close) breaks the group: every pending and later collective
 raises CollectiveError naming the member, and the group must be created again.
 """
 
@@ -44,7 +44,7 @@ class CollectiveGroup:
         self._lock = threading.Lock()
         self._pending: set[threading.Event] = set()
         self._stop = threading.Event()
-        self._monitor_store = store.clone() if hasattr(store, "clone") else store
+        self._monitor_store = store
         self._monitor = threading.Thread(target=self._watch, name=f"collective-{name}",
                                          daemon=True)
         self._monitor.start()
@@ -113,30 +113,32 @@ class CollectiveGroup:
 
     def _watch(self) -> None:
         store = self._monitor_store
-        last: dict[int, tuple[int, float]] = {}
+        last: dict[int, tuple[bytes, float]] = {}
+        beat = 0
         while not self._stop.wait(HEARTBEAT_S):
             now = time.monotonic()
+            beat += 1
             try:
-                store.add(f"hb/{self.rank}", 1)
-                if store.check(["broken"]):
-                    reason = store.get("broken").decode(errors="replace")
-                    self.break_group(reason)
+                store.set(f"hb/{self.rank}", str(beat))  # only this member writes its key
+                broken = store.peek("broken")
+                if broken is not None:
+                    self.break_group(broken.decode(errors="replace"))
                     return
                 for r in range(self.world_size):
                     if r == self.rank:
                         continue
-                    beats = store.add(f"hb/{r}", 0)
+                    beats = store.peek(f"hb/{r}") or b""
                     seen = last.get(r)
                     if seen is None or seen[0] != beats:
                         last[r] = (beats, now)
-                    elif beats > 0 and now - seen[1] > self.dead_after_s:
+                    elif beats and now - seen[1] > self.dead_after_s:
                         self.break_group(f"member rank {r} stopped answering for "
                                          f"{self.dead_after_s:g}s (its process died or hung)")
                         return
-            except Exception as exc:  # noqa: BLE001 - rank 0 serves the store
+            except Exception as exc:  # noqa: BLE001 - our node (the store's way in) is gone
                 if not self._stop.is_set():
-                    self.break_group(f"the group's store on rank 0 stopped answering "
-                                     f"(rank 0 died?): {exc}")
+                    self.break_group(f"the group's store (the mesh's KV) stopped answering: "
+                                     f"{exc}")
                 return
 
     def close(self) -> None:

@@ -1,35 +1,40 @@
 """The consumer side: fetch a producer's tensors straight from it over torch.distributed.
 
-One 2-rank process group per producer, joined through the producer's inbox on first use
-and reused after; requests on one pair are serialized (threads of one process share it).
+One 2-rank process group per producer, formed on first use (a `tensor_pair` query to the
+producer, then a rendezvous in the mesh's KV) and reused after; requests on one pair are
+serialized (threads of one process share it). A transfer is: the key, over the group; a
+status back; the tensors.
 """
 
 from __future__ import annotations
 
-import datetime
 import threading
+import uuid
 from typing import Any
 
-from zmesh.tensor_transport.producer import STORE_TIMEOUT_S, _pair_group
+import msgspec
+
+from zmesh.tensor_transport import producer as p
 from zmesh.tensor_transport.types import TensorTransportError
 
 CONNECT_TIMEOUT_S = 10.0
 
 
 class _Pair:
-    def __init__(self, inbox: str, backend: str) -> None:
-        import torch.distributed as dist
+    def __init__(self, address: str, backend: str) -> None:
+        from zmesh.protocol.messages import runtime as m
+        from zmesh.runtime import context
 
-        host, _, port = inbox.rpartition(":")
-        # a dead producer's inbox refuses connections: give up on it quickly
-        store = dist.TCPStore(  # type: ignore[attr-defined]
-            host, int(port), None, False, timeout=datetime.timedelta(seconds=CONNECT_TIMEOUT_S))
-        store.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
-        n = store.add("joined", 1) - 1
-        store.set(f"join/{n}", "1")
-        self.store = dist.PrefixStore(f"pair/{n}/", store)  # type: ignore[attr-defined]
-        self.pg = _pair_group(self.store, 1, backend)
-        self.next = 0
+        self.pair_id = uuid.uuid4().hex
+        arg = msgspec.msgpack.encode([self.pair_id, backend])
+        # a dead producer does not answer: give up on it after CONNECT_TIMEOUT_S
+        reply = context.current_client().request(
+            lambda rid: m.Query(request_id=rid, what="tensor_pair", arg=arg),
+            timeout=CONNECT_TIMEOUT_S, to=address)
+        if reply.error:
+            raise TensorTransportError(reply.error)
+        self.pg = p.pair_group(self.pair_id, 1, backend)
+        self.fresh = True  # the rendezvous keys are deleted after the first exchange
         self.lock = threading.Lock()
 
 
@@ -37,34 +42,49 @@ _pairs: dict[tuple[str, str], _Pair] = {}
 _pairs_lock = threading.Lock()
 
 
-def fetch(inbox: str, backend: str, key: str, metas: list[tuple[list[int], str]],
+def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str]],
           device: str, producer: str) -> list[Any]:
-    """The tensors kept under `key` by the producer at `inbox`, received into new buffers
-    (on `device`); TensorTransportError when the producer died or freed them."""
+    """The tensors kept under `key` by the producer at `address`, received into new
+    buffers (on `device`); TensorTransportError when the producer died or freed them."""
     import torch
 
     try:
         with _pairs_lock:
-            pair = _pairs.get((inbox, backend))
+            pair = _pairs.get((address, backend))
             if pair is None:
-                pair = _pairs[(inbox, backend)] = _Pair(inbox, backend)
+                pair = _pairs[(address, backend)] = _Pair(address, backend)
         out = [torch.empty(shape, dtype=getattr(torch, dtype), device=device)
                for shape, dtype in metas]
+        request = torch.frombuffer(bytearray(key.encode().ljust(p.KEY_BYTES)[:p.KEY_BYTES]),
+                                   dtype=torch.uint8)
+        status = torch.empty(1, dtype=torch.int64)
         with pair.lock:
-            k = pair.next
-            pair.next += 1
-            pair.store.set(f"req/{k}", key)
-            answer = pair.store.get(f"resp/{k}").decode()
-            if answer != "ok":
-                raise TensorTransportError(f"tensors of {producer} cannot be fetched: {answer}")
+            pair.pg.send([request], 0, p.TAG_REQUEST).wait()
+            pair.pg.recv([status], 0, p.TAG_STATUS).wait()
+            if pair.fresh:
+                pair.fresh = False
+                _forget(pair.pair_id)
+            if int(status.item()) != p.STATUS_OK:
+                raise TensorTransportError(f"tensors of {producer} cannot be fetched: gone: "
+                                           f"the tensors were freed (no ref was left)")
             for i, t in enumerate(out):
-                pair.pg.recv([t], 0, i).wait()
+                pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i).wait()
         return out
     except TensorTransportError:
         raise
     except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError on a lost peer
         with _pairs_lock:
-            _pairs.pop((inbox, backend), None)
+            _pairs.pop((address, backend), None)
         raise TensorTransportError(
             f"tensors of {producer} cannot be fetched: the producer died or stopped "
             f"answering ({type(exc).__name__}: {exc})") from exc
+
+
+def _forget(pair_id: str) -> None:
+    """Both sides have met: the rendezvous keys are no longer needed."""
+    from zmesh.collective.store import MeshStore
+
+    try:
+        MeshStore(p.pair_prefix(pair_id), 1.0).clear()
+    except Exception:  # noqa: BLE001 - best effort; the keys are small
+        pass

@@ -1,21 +1,31 @@
-"""The producer side: tensors kept where they are, and a server that sends them.
+"""The producer side: tensors kept where they are, and the threads that send them.
 
 A process that returns tensors from a `tensor_transport` method keeps them here under a
-key, and opens (once) an inbox: a torch TCPStore on a port the OS picks. A consumer joins
-through the inbox; each joined consumer gets a 2-rank process group (over a prefix of the
-inbox store) and a thread here that answers its requests in order: look the key up, say
-"ok" (or why not), then send the tensors with torch.distributed.
+key and accepts pairing requests: a consumer asks (a `tensor_pair` query over the mesh's
+authenticated links, to this process's client address), and both sides form a 2-rank
+process group whose rendezvous keys live in the mesh's KV (no port is opened for it). Each
+pair gets a thread here that stays blocked in a receive on that group: a request (the key)
+arrives over gloo/NCCL itself, the thread answers a status and sends the tensors. No store
+round trip and no other thread hand-off per transfer.
 """
 
 from __future__ import annotations
 
 import datetime
-import itertools
 import os
 import threading
 from typing import Any
 
+import msgspec
+
 STORE_TIMEOUT_S = 300.0
+KEY_BYTES = 32  # a key is a uuid4 hex string
+TAG_REQUEST, TAG_STATUS, TAG_FIRST_TENSOR = 0, 1, 2
+STATUS_OK, STATUS_GONE = 1, 0
+
+
+def pair_prefix(pair_id: str) -> str:
+    return f"zmesh/tensor_transport/{pair_id}/"
 
 
 class KeptTensors:
@@ -24,7 +34,6 @@ class KeptTensors:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._kept: dict[str, list[Any]] = {}
-        self._inbox: Any = None
         self.address = ""
         self.sent_bytes = 0
 
@@ -45,59 +54,62 @@ class KeptTensors:
         with self._lock:
             return len(self._kept)
 
-    def inbox(self, backend: str) -> str:
-        """host:port of this process's inbox, opened on first use."""
+    def listen(self) -> str:
+        """This process's client address, where consumers ask to pair (set up once)."""
         with self._lock:
-            if self._inbox is None:
-                import torch.distributed as dist
+            if not self.address:
+                from zmesh.runtime import context
 
-                from zmesh.util.nodes import get_node_ip_address
-
-                host = get_node_ip_address()
-                self._inbox = dist.TCPStore(  # type: ignore[attr-defined]
-                    host, 0, None, True, wait_for_workers=False,
-                    timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))
-                self.address = f"{host}:{self._inbox.port}"
-                threading.Thread(target=self._accept, args=(backend,), daemon=True,
-                                 name="tensor-transport-inbox").start()
+                client = context.current_client()
+                client.query_handlers["tensor_pair"] = self._on_pair
+                self.address = client.address
             return self.address
 
-    def _accept(self, backend: str) -> None:
-        store = self._inbox.clone()
-        for n in itertools.count():
-            try:
-                store.wait([f"join/{n}"], datetime.timedelta(days=365))
-            except Exception:  # noqa: BLE001 - the store closes when the process exits
-                return
-            threading.Thread(target=self._serve, args=(store.clone(), n, backend),
-                             daemon=True, name=f"tensor-transport-{n}").start()
+    def _on_pair(self, sender: str, msg: Any) -> Any:
+        """A consumer asks to pair (client loop thread): start the pair's thread, say yes."""
+        from zmesh.protocol.messages import runtime as m
 
-    def _serve(self, store: Any, n: int, backend: str) -> None:
-        import torch.distributed as dist
+        try:
+            pair_id, backend = msgspec.msgpack.decode(msg.arg, type=tuple[str, str])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return m.QueryReply(request_id=msg.request_id, data=b"",
+                                error=f"tensor_pair: bad argument ({exc})")
+        if backend not in ("gloo", "nccl") or not pair_id.isalnum() or len(pair_id) > 64:
+            return m.QueryReply(request_id=msg.request_id, data=b"",
+                                error=f"tensor_pair: bad pair {pair_id[:64]!r}/{backend!r}")
+        threading.Thread(target=self._serve, args=(pair_id, backend), daemon=True,
+                         name=f"tensor-transport-{pair_id[:8]}").start()
+        return m.QueryReply(request_id=msg.request_id, data=msgspec.msgpack.encode(True))
 
-        prefix = dist.PrefixStore(f"pair/{n}/", store)  # type: ignore[attr-defined]
-        pg = _pair_group(prefix, 0, backend)
-        for k in itertools.count():
+    def _serve(self, pair_id: str, backend: str) -> None:
+        import torch
+
+        try:
+            pg = pair_group(pair_id, 0, backend)
+        except Exception:  # noqa: BLE001 - the consumer never came (its fetch fails alone)
+            return
+        request = torch.empty(KEY_BYTES, dtype=torch.uint8)
+        status = torch.empty(1, dtype=torch.int64)
+        while True:
             try:
-                key = prefix.get(f"req/{k}").decode()
-            except Exception:  # noqa: BLE001 - the consumer went away
-                return
-            tensors = self.get(key)
-            if tensors is None:
-                prefix.set(f"resp/{k}", "gone: the tensors were freed (no ref was left)")
-                continue
-            prefix.set(f"resp/{k}", "ok")
-            try:
-                for i, t in enumerate(tensors):
-                    pg.send([t], 1, i).wait()
+                pg.recv([request], 1, TAG_REQUEST).wait()
+                tensors = self.get(bytes(request.tolist()).decode(errors="replace"))
+                status.fill_(STATUS_GONE if tensors is None else STATUS_OK)
+                pg.send([status], 1, TAG_STATUS).wait()
+                for i, t in enumerate(tensors or ()):
+                    pg.send([t], 1, TAG_FIRST_TENSOR + i).wait()
                     self.sent_bytes += t.numel() * t.element_size()
-            except Exception:  # noqa: BLE001 - the consumer died midway
+            except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
                 return
 
 
-def _pair_group(store: Any, rank: int, backend: str) -> Any:
+def pair_group(pair_id: str, rank: int, backend: str) -> Any:
+    """The pair's 2-rank process group; its rendezvous runs through the mesh's KV."""
     import torch.distributed as dist
 
+    from zmesh.collective.store import MeshStore
+
+    store = MeshStore(pair_prefix(pair_id), STORE_TIMEOUT_S)
     timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
     if backend == "nccl":
         return dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())

@@ -1,7 +1,7 @@
 """What a `tensor_transport` method's ref holds: a small descriptor, never the tensors.
 
 The producer keeps the tensors (`KEPT`) and returns a `Transported` value: the result with
-each tensor replaced by a placeholder, the tensors' shapes and dtypes, the producer's inbox
+each tensor replaced by a placeholder, the tensors' shapes and dtypes, the producer's address
 and an anchor ref the producer owns. Pickled, it is a few hundred bytes in the object store;
 unpickled anywhere (an actor that takes the ref as an argument, the driver's `get`), it
 fetches the tensors from the producer over torch.distributed and rebuilds the result. The
@@ -77,7 +77,7 @@ def keep(result: Any, backend: str, producer_name: str) -> Transported:
     anchor = client.put(key)  # owned here: freed when the last copy of the descriptor is gone
     client.free_hooks[anchor.id] = lambda: producer.KEPT.drop(key)
     return Transported({
-        "inbox": producer.KEPT.inbox(backend), "token": producer.PROCESS_TOKEN,
+        "address": producer.KEPT.listen(), "token": producer.PROCESS_TOKEN,
         "backend": backend, "key": key, "anchor": anchor, "skeleton": skeleton,
         "metas": [(list(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors],
         "devices": [t.device.type for t in tensors], "producer": producer_name})
@@ -92,7 +92,7 @@ def _materialize(state: dict[str, Any]) -> Any:
         if tensors is not None:
             return _join(state["skeleton"], tensors)
     device = _device_here(state["backend"])
-    tensors = fetch(state["inbox"], state["backend"], state["key"], state["metas"], device,
+    tensors = fetch(state["address"], state["backend"], state["key"], state["metas"], device,
                     state["producer"])
     return _join(state["skeleton"], tensors)
 

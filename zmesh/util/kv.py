@@ -40,6 +40,27 @@ def kv_put(key: str, value: bytes, *, overwrite: bool = True) -> bool:
     return bool(_ask("kv_put" if overwrite else "kv_put_if_absent", key, value))
 
 
+def kv_add(key: str, amount: int) -> int:
+    """Atomically add `amount` to the decimal int under `key` (0 when it has none); the new
+    value. Concurrent adders from any process all count."""
+    if not isinstance(amount, int):
+        raise TypeError(f"kv_add amount must be an int, got {amount!r}")
+    answer = _ask("kv_add", key, str(amount).encode())
+    if not isinstance(answer, int):
+        raise TypeError(f"kv_add {key!r}: the node answered {answer!r}, not an int")
+    return answer
+
+
+def kv_compare_set(key: str, expected: bytes, desired: bytes) -> bytes:
+    """Atomically set `key` to `desired` if it holds `expected` (empty `expected`: if it has
+    no value); the value it holds afterwards (`desired` when the swap happened)."""
+    arg = msgspec.msgpack.encode([bytes(expected), bytes(desired)])
+    answer = _ask("kv_cas", key, arg)
+    if not isinstance(answer, bytes | bytearray):
+        raise TypeError(f"kv_compare_set {key!r}: the node answered {answer!r}, not bytes")
+    return bytes(answer)
+
+
 def kv_delete(key: str) -> bool:
     """Delete `key`; True when it had a value."""
     return bool(_ask("kv_delete", key))
@@ -69,4 +90,4 @@ def kv_wait(key: str, timeout: float | None = None) -> bytes:
         pause = min(pause * 2, POLL_MAX_S)
 
 
-__all__ = ["kv_delete", "kv_get", "kv_list", "kv_put", "kv_wait"]
+__all__ = ["kv_add", "kv_compare_set", "kv_delete", "kv_get", "kv_list", "kv_put", "kv_wait"]

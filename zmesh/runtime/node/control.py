@@ -72,9 +72,11 @@ class ControlAgent:
         self.put_raw(key, msgspec.msgpack.encode(value), done, if_absent=if_absent)
 
     def put_raw(self, key: str, value: bytes, done: Done | None = None, *,
-                if_absent: bool = False) -> None:
-        """Write `value` as given (the user KV's bytes) under `key`."""
-        self._track(self.store.put(self.loop.clock(), key, value, if_absent=if_absent), done)
+                if_absent: bool = False, expected_version: int | None = None) -> None:
+        """Write `value` as given (the user KV's bytes) under `key`; with
+        `expected_version`, only if the key is at that version (0: has none)."""
+        self._track(self.store.put(self.loop.clock(), key, value, if_absent=if_absent,
+                                   expected_version=expected_version), done)
 
     def get(self, key: str, done: Done) -> None:
         self._track(self.store.get(self.loop.clock(), key), done)

@@ -104,6 +104,7 @@ class CoreClient:
         self.current_placement_group: Any = None  # the group the running work was placed in
         self.inherited_strategy = b""  # its strategy, when it captures its child tasks
         self.blocked_hook: Callable[[bool], None] | None = None
+        self.query_handlers: dict[str, Callable[[str, m.Query], m.QueryReply]] = {}
         loop = self.loop
         loop.on(m.ClientRegistered, self._on_registered)
         for reply in _REQUEST_REPLIES:
@@ -186,18 +187,21 @@ class CoreClient:
             self.loop.send_threadsafe(to, msg)
 
     # -- node requests ---------------------------------------------------------------------
-    def request(self, make: Callable[[int], Any], timeout: float | None = 30.0) -> Any:
-        """Send a request built with a fresh request id to the node; wait for its reply."""
+    def request(self, make: Callable[[int], Any], timeout: float | None = 30.0,
+                to: str = "") -> Any:
+        """Send a request built with a fresh request id to the node (or to the process at
+        `to`: another client); wait for its reply."""
         rid = next(self._request_ids)
         fut: Future[Any] = Future()
         self._requests[rid] = fut
-        self.loop.send_threadsafe(self.node_address, make(rid))
+        self.loop.send_threadsafe(to or self.node_address, make(rid))
         if self.node_watch.lost:
             raise NodeDiedError(self.node_watch.lost)
         try:
             return self.loop.wait_future(fut, timeout)
         except TimeoutError:
-            raise ZmeshError(f"the zmesh node did not answer within {timeout}s") from None
+            who = f"the process at {to}" if to else "the zmesh node"
+            raise ZmeshError(f"{who} did not answer within {timeout}s") from None
         finally:
             self._requests.pop(rid, None)
 
@@ -517,6 +521,12 @@ class CoreClient:
             self.tasks.pending_reasons[f"pg:{msg.pg_id.hex()}"] = msg.reason
 
     def _on_query(self, sender: str, msg: m.Query, bufs: list[Any]) -> None:
+        """Another process asks this one (loop thread): 'refs', or what a module registered
+        in `query_handlers` (the tensor transport's pairing)."""
+        handler = self.query_handlers.get(msg.what)
+        if handler is not None:
+            self.loop.send(sender, handler(sender, msg))
+            return
         self.loop.send(sender, refs_query.answer(self.objects, self.address, self.kind, msg))
 
     def _on_warning(self, sender: str, msg: m.DriverWarning, bufs: list[Any]) -> None:
