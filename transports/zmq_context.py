@@ -1,4 +1,4 @@
-"""The process's one zmq Context, its ZAP handler, and CURVE set-up for outbound sockets.
+"""The process's one zmq Context, its ZAP handler, and the set-up of outbound sockets.
 
 All zmq endpoints of a process share one Context (inproc needs that), reference-counted so
 that closing the last endpoint stops the ZAP handler and terminates the Context and its I/O
@@ -14,10 +14,11 @@ import threading
 import zmq
 
 from zmesh.errors import TransportError
+from zmesh.security.identity import client_metadata, process_keys
 from zmesh.security.keys import ClusterCredentials
 from zmesh.security.zap import ZapGate
 
-__all__ = ["curve_client", "ipc_socket_in_use", "shared_context"]
+__all__ = ["ipc_socket_in_use", "prepare_dealer", "shared_context"]
 
 
 def ipc_socket_in_use(path: str) -> bool:
@@ -78,11 +79,22 @@ shared_context = _SharedContext()
 """The process-wide Context that every zmq endpoint and probe uses."""
 
 
-def curve_client(
-    dealer: zmq.Socket[bytes], to: str, credentials: ClusterCredentials | None
+def prepare_dealer(
+    dealer: zmq.Socket[bytes], to: str, credentials: ClusterCredentials | None, sender: str
 ) -> None:
-    """Make `dealer` a CURVE client of the mesh when it goes to a tcp peer."""
+    """Set up `dealer` (not yet connected) to go to `to` as `sender`.
+
+    tcp and ipc peers learn who we are from the ZMTP metadata of each (re)connection (see
+    `zmesh.security.identity`); to a tcp peer of a mesh the DEALER is a CURVE client with this
+    process's own key pair. inproc has no metadata, so there the routing id names the sender.
+    """
+    if to.startswith("inproc://"):
+        dealer.setsockopt(zmq.ROUTING_ID, sender.encode())
+        return
+    for prop in client_metadata(credentials, sender):
+        dealer.setsockopt(zmq.METADATA, prop)
     if credentials is not None and to.startswith("tcp://"):
-        dealer.curve_publickey = credentials.curve_public
-        dealer.curve_secretkey = credentials.curve_secret
+        keys = process_keys()
+        dealer.curve_publickey = keys.public
+        dealer.curve_secretkey = keys.secret
         dealer.curve_serverkey = credentials.curve_public

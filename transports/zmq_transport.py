@@ -1,14 +1,16 @@
 """The ZeroMQ transport (tcp, ipc, inproc): one ROUTER inbound, one DEALER per peer outbound.
 
-Each outbound DEALER's routing id is the sender's own bound address, so the receiving ROUTER
-learns who sent a message from the identity frame with no extra bytes on the wire. Frames of
+Each outbound DEALER names its sender (this endpoint's bound address) in the ZMTP metadata of
+its connection, so the receiving ROUTER learns who sent a message once per connection, with no
+extra bytes per message on the wire (`zmq_peers`). Frames of
 64 KiB and more go zero-copy in both directions. All endpoints of a process share one zmq
 Context (inproc needs that), reference-counted so that closing the last endpoint terminates
 it and its I/O threads.
 
 Closed by default: every tcp connection is CURVE-encrypted, and a tcp ROUTER admits only
-clients that hold its mesh's cluster key (checked by the ZAP handler of `zmesh.security`), so
-a routing id seen on tcp was chosen by a member of the mesh. ipc sockets live in directories
+clients that know its mesh's server key and present a key pair of their own vouched for by
+the mesh (`zmesh.security.identity`); a sender's name is bound to the key that first claimed
+it, so no member can speak for another. ipc sockets live in directories
 only their user can open; inproc never leaves the process. Outbound DEALERs are bounded (least
 recently used ones are closed beyond `max_peers`, idle ones by `close_idle`), so the fds a
 process holds do not grow with the number of peers it has ever talked to.
@@ -33,7 +35,8 @@ from zmesh.errors import TransportError
 from zmesh.security.keys import ClusterCredentials, process_credentials
 
 from .base import Buffer, Endpoint, frame_nbytes
-from .zmq_context import curve_client, ipc_socket_in_use, shared_context
+from .zmq_context import ipc_socket_in_use, prepare_dealer, shared_context
+from .zmq_peers import PeerTable
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -50,7 +53,8 @@ ZERO_COPY_THRESHOLD = 64 * 1024
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
 _MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
-# A routing id no peer can have: peers' ids are their addresses, which all contain "://".
+# A routing id no peer has: ROUTER-made ids start with a zero byte, inproc peers' ids are
+# their addresses (which contain "://").
 _WAKE_ID = b"zmesh-wake"
 _NOBLOCK = zmq.NOBLOCK
 _SNDMORE = zmq.NOBLOCK | zmq.SNDMORE
@@ -66,9 +70,6 @@ _POLLIN = zmq.POLLIN
 
 
 _wake_ids = itertools.count()
-# Thread senders present the endpoint's address plus this mark and a number; receivers
-# strip it, so a reply still goes to the endpoint's address.
-_SUBSENDER = "|"
 
 
 class ZmqEndpoint(Endpoint):
@@ -118,9 +119,6 @@ class ZmqEndpoint(Endpoint):
         self.dropped_oversized = 0
         """Inbound messages refused for a frame over max_frame_size (inproc only; over tcp
         and ipc libzmq drops the connection instead, unseen by Python)."""
-        self.dropped_unnamed = 0
-        """Inbound messages dropped because their routing id is not a zmesh address (not
-        UTF-8, or empty): no zmesh process sends those, and there is no one to answer."""
         self._peers: OrderedDict[str, zmq.Socket[bytes]] = OrderedDict()
         self._used: dict[str, float] = {}  # peer -> when it was last switched to
         self._last_to = ""
@@ -132,6 +130,8 @@ class ZmqEndpoint(Endpoint):
         self._context = shared_context.acquire()
         try:
             self._router = self._bind_router(address, max_frame_size, rcvhwm)
+            self.peers = PeerTable(self._router, self.credentials)
+            self._connections = self.peers.connections
             self.address = advertise if advertise is not None else self._bound_address(address)
             self._routing_id = self.address.encode()
             if len(self._routing_id) > _MAX_ROUTING_ID:
@@ -161,8 +161,9 @@ class ZmqEndpoint(Endpoint):
         self._router = router  # so _release_all closes it if binding fails
         router.linger = 0
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        # A restarted process reuses its address; its new connection must replace the old one.
-        router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # Each connection gets a routing id of the ROUTER's making; one that brings its own
+        # (inproc peers, or a stranger) cannot take over a live connection's.
+        router.setsockopt(zmq.ROUTER_HANDOVER, 0)
         router.setsockopt(zmq.MAXMSGSIZE, max_frame_size)
         router.rcvhwm = rcvhwm
         self._bind_at(router, address)
@@ -184,6 +185,8 @@ class ZmqEndpoint(Endpoint):
         creds = self.credentials if address.startswith("tcp://") else None
         if creds is not None:
             router.zap_domain = shared_context.gate().admit(creds).encode()
+            # Without a ZAP handler libzmq would admit any CURVE client; refuse instead.
+            router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
             router.curve_server = True
             router.curve_secretkey = creds.curve_secret
         else:
@@ -297,29 +300,26 @@ class ZmqEndpoint(Endpoint):
                 # A ROUTER always delivers the routing id plus at least one frame. Frames
                 # under the zero-copy threshold come back as bytes, larger ones as views
                 # of libzmq's own buffer.
-                frame = _recv(router, 0, False)
+                frame = head = _recv(router, 0, False)
                 frames: list[Buffer] = [
                     frame.bytes if len(frame) < ZERO_COPY_THRESHOLD else frame.buffer
                 ]
                 while frame.more:
                     frame = _recv(router, 0, False)
                     frames.append(frame.bytes if len(frame) < ZERO_COPY_THRESHOLD else frame.buffer)
-                if sender == _WAKE_ID:
-                    self._wake_pending = False
-                    return None
+                peer = self._connections.get(sender)
+                if peer is None:
+                    if sender == _WAKE_ID:
+                        self._wake_pending = False
+                        return None
+                    peer = self.peers.resolve(sender, head)
+                    if peer is None:
+                        continue
                 if self._screen_inbound and self._oversized(frames):
                     # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
                     self.dropped_oversized += 1
                     continue
-                try:
-                    peer = sender.decode()
-                except UnicodeDecodeError:
-                    peer = ""
-                if not peer:
-                    self.dropped_unnamed += 1
-                    continue
-                cut = peer.find(_SUBSENDER)
-                return (peer if cut < 0 else peer[:cut]), frames
+                return peer, frames
         except zmq.Again:
             return None
         except zmq.ZMQError as exc:
@@ -344,10 +344,11 @@ class ZmqEndpoint(Endpoint):
     def send_back(self, peer: str, frames: Sequence[Buffer]) -> bool:
         """Answer `peer` over the connection it came in on, not a connection of ours: for
         short-lived peers (a handshake probe) that bind no address. False if it is gone."""
-        if self._closed:
+        rid = self.peers.reply_id(peer) if not self._closed else None
+        if rid is None:
             return False
         try:
-            self._router.send_multipart([peer.encode(), *frames], _NOBLOCK)
+            self._router.send_multipart([rid, *frames], _NOBLOCK)
         except zmq.ZMQError:
             return False
         return True
@@ -386,8 +387,7 @@ class ZmqEndpoint(Endpoint):
         try:
             dealer.linger = self._linger_ms
             dealer.sndhwm = self._sndhwm
-            dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
-            curve_client(dealer, to, self.credentials)
+            prepare_dealer(dealer, to, self.credentials, self.address)
             dealer.connect(to)
         except zmq.ZMQError as exc:
             dealer.close(linger=0)
@@ -409,7 +409,7 @@ class ZmqEndpoint(Endpoint):
         """
         if self._closed:
             raise TransportError(f"endpoint {self.address!r} is closed")
-        sender = ZmqThreadSender(self, self._routing_id + f"{_SUBSENDER}{next(_wake_ids)}".encode())
+        sender = ZmqThreadSender(self)
         self._thread_senders.append(sender)
         return sender
 
@@ -477,9 +477,8 @@ def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
 class ZmqThreadSender:
     """Outbound DEALERs owned by one thread other than the endpoint's (see thread_sender)."""
 
-    def __init__(self, endpoint: ZmqEndpoint, routing_id: bytes) -> None:
+    def __init__(self, endpoint: ZmqEndpoint) -> None:
         self._endpoint = endpoint
-        self._routing_id = routing_id
         self._peers: dict[str, zmq.Socket[bytes]] = {}
         self._closed = False
 
@@ -493,9 +492,8 @@ class ZmqThreadSender:
             dealer = ep._context.socket(zmq.DEALER)
             dealer.linger = ep._linger_ms
             dealer.sndhwm = ep._sndhwm
-            dealer.setsockopt(zmq.ROUTING_ID, self._routing_id)
             try:
-                curve_client(dealer, to, ep.credentials)
+                prepare_dealer(dealer, to, ep.credentials, ep.address)
                 dealer.connect(to)
             except zmq.ZMQError as exc:
                 dealer.close(linger=0)

@@ -8,12 +8,18 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import psutil
 
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.base import Message
+
+if TYPE_CHECKING:
+    import zmq
+
+    from zmesh.security.keys import ClusterCredentials
 
 
 class OpenFile:
@@ -49,21 +55,38 @@ def attack_messages(marker: str, owner: str) -> list[Message]:
 def raw_zmtp_null_dealer(host: str, port: int, identity: bytes,
                          frames: list[bytes]) -> bytes:
     """Talk ZMTP 3.0 with the NULL mechanism over a plain socket (standard library only), as
-    a stranger without pyzmq would; returns whatever the node sent back."""
-    greeting = (b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00")
-                + b"\x00" + b"\x00" * 31)
+    a stranger without pyzmq would; returns whatever the node sent back.
+
+    Like libzmq, it sends the signature and major version first and waits for the peer's
+    before the rest: libzmq drops a connection that sends its whole greeting, READY and
+    messages in one write before it has answered (an earlier version of this helper did,
+    so its messages never reached a node, with or without authentication)."""
+    greeting = (b"\xff" + b"\x00" * 7 + b"\x01" + b"\x7f" + b"\x03\x00"
+                + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31)
 
     def prop(name: bytes, value: bytes) -> bytes:
         return bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
 
     ready = b"\x05READY" + prop(b"Socket-Type", b"DEALER") + prop(b"Identity", identity)
-    out = greeting + b"\x04" + bytes([len(ready)]) + ready
+    out = b"\x04" + bytes([len(ready)]) + ready
     for i, frame in enumerate(frames):
         more = 0x01 if i < len(frames) - 1 else 0x00
         out += bytes([more | 0x02]) + struct.pack(">Q", len(frame)) + frame
     got = b""
     with socket.create_connection((host, port), timeout=5) as s:
         try:
+            s.sendall(greeting[:11])
+            while len(got) < 11:  # the peer's signature and major version
+                chunk = s.recv(64 - len(got))
+                if not chunk:
+                    return got
+                got += chunk
+            s.sendall(greeting[11:])
+            while len(got) < 64:  # the rest of its greeting
+                chunk = s.recv(64 - len(got))
+                if not chunk:
+                    return got
+                got += chunk
             s.sendall(out)
             s.settimeout(1.0)
             while len(got) < 4096:
@@ -156,3 +179,27 @@ def replay(host: str, port: int, data: bytes, timeout: float = 30.0) -> bool:
         except OSError:
             return True
     return True
+
+
+def member_dealer(ctx: zmq.Context[zmq.Socket[bytes]], creds: ClusterCredentials,
+                  target: str, sender: str, *, vouched: bool = True,
+                  proto: str | None = None) -> zmq.Socket[bytes]:
+    """A DEALER connected to `target` as another process of the mesh would be: a CURVE key
+    pair of its own (not this process's), vouched for by `creds` unless `vouched=False`,
+    naming itself `sender` in its metadata. `proto` overrides the protocol version sent."""
+    import zmq
+
+    from zmesh.protocol.handshake import PROTOCOL_VERSION
+    from zmesh.security import identity
+
+    public, secret = zmq.curve_keypair()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.curve_publickey, dealer.curve_secretkey = public, secret
+    dealer.curve_serverkey = creds.curve_public
+    mac = identity.vouch(creds, public) if vouched else "0" * 128
+    for prop in (f"X-Zmesh-Proto:{proto or PROTOCOL_VERSION}", f"X-Zmesh-Sender:{sender}",
+                 f"X-Zmesh-Key:{public.decode()}", f"X-Zmesh-Vouch:{mac}"):
+        dealer.setsockopt(zmq.METADATA, prop.encode())
+    dealer.connect(target)
+    return dealer

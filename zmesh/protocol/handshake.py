@@ -1,8 +1,25 @@
 """The connection handshake, sans-IO: `Hello` in, `Welcome` or `Refuse` out.
 
-Every connection must open with `Hello`, carrying the protocol version and the cluster
-credential; until it has been welcomed, anything else it sends is refused. The caller
-owns the sockets: it feeds received messages in and sends back what it is told to.
+Where it runs. A process that joins or connects to a mesh (``zmesh node --join``,
+``init(address=...)``, ``zmesh status``) says `Hello` to the node first and waits for the
+`Welcome` (`zmesh.security.probe`), so a wrong token or another protocol version fails at
+once on the joining side, with an error that names it.
+
+Runtime connections carry the same facts without a message of their own: every DEALER's
+connection presents the protocol version, its sender name, its public key and the mesh's
+vouch for that key as ZMTP metadata, which libzmq sends inside the encrypted CURVE handshake
+on every connect and reconnect (`zmesh.security.identity`). The receiving ROUTER checks them
+on the first message of each connection, before anything of it is decoded, and refuses a
+version mismatch with a warning naming both versions (`zmesh.transports.zmq_peers`). This is
+the equivalent of a Hello as the first message of every connection, chosen because a Hello
+message could not cover reconnects: libzmq reconnects a DEALER by itself, the new connection
+would never say Hello again, while its metadata is sent on every connection; and it costs no
+round trip and no bytes per message.
+
+`HandshakeState` is the per-connection state machine for transports that exchange the
+messages themselves: until a connection has been welcomed, anything else it sends is
+refused. The caller owns the sockets: it feeds received messages in and sends back what it
+is told to.
 """
 
 from __future__ import annotations

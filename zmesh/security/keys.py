@@ -1,9 +1,10 @@
 """Cluster credentials: one random secret per mesh, shown to people as a join token.
 
 The first node of a mesh makes the secret; every process of the mesh derives from it the
-cluster's CURVE key pair, which it uses both as the server key of its tcp ROUTER and as the
-client key of its DEALERs. The ZAP handler (`zmesh.security.zap`) admits only that client
-key, so only holders of the token can complete a handshake with any member.
+cluster's CURVE key pair, which every tcp ROUTER uses as its server key: a client must know
+that key to complete a CURVE handshake at all. Each process then authenticates with a key
+pair of its own, vouched for by the secret (`zmesh.security.identity`), so a peer knows which
+member it is talking to.
 
 A process finds its credentials, in order: installed with `install` (``init(token=...)``,
 ``zmesh node --token``), ``$ZMESH_TOKEN``, the file named by ``$ZMESH_TOKEN_FILE``. A process
@@ -33,6 +34,7 @@ __all__ = [
     "TOKEN_FILE_ENV",
     "TOKEN_FILE_NAME",
     "ClusterCredentials",
+    "derive",
     "from_environment",
     "install",
     "installed",
@@ -60,7 +62,7 @@ class ClusterCredentials:
     def __post_init__(self) -> None:
         if len(self.secret) != _SECRET_BYTES:
             raise ValueError(f"a cluster secret is {_SECRET_BYTES} bytes, got {len(self.secret)}")
-        curve_secret = z85.encode(_derive(self.secret, b"zmesh-curve-key"))
+        curve_secret = z85.encode(derive(self.secret, b"zmesh-curve-key"))
         object.__setattr__(self, "curve_secret", curve_secret)
         object.__setattr__(self, "curve_public", zmq.curve_public(curve_secret))
 
@@ -103,7 +105,7 @@ class ClusterCredentials:
     @property
     def fingerprint(self) -> str:
         """A short name for the mesh that reveals nothing of the secret."""
-        return _derive(self.secret, b"zmesh-fingerprint").hex()[:16]
+        return derive(self.secret, b"zmesh-fingerprint").hex()[:16]
 
     @property
     def zap_domain(self) -> str:
@@ -112,10 +114,11 @@ class ClusterCredentials:
 
     def proof(self) -> bytes:
         """What a Hello carries as its credential: derived, so the secret never travels."""
-        return _derive(self.secret, b"zmesh-hello-proof")
+        return derive(self.secret, b"zmesh-hello-proof")
 
 
-def _derive(secret: bytes, purpose: bytes) -> bytes:
+def derive(secret: bytes, purpose: bytes) -> bytes:
+    """A 32-byte key for one `purpose` (at most 16 bytes), derived from the mesh secret."""
     return hashlib.blake2b(secret, digest_size=32, person=purpose[:16]).digest()
 
 

@@ -24,7 +24,7 @@ from zmesh.security.keys import ClusterCredentials
 __all__ = ["PROBE_PREFIX", "handshake"]
 
 PROBE_PREFIX = "probe://"
-"""Routing ids of probes: a node answers them on the connection they came in on."""
+"""Sender names of probes: a node answers them on the connection they came in on."""
 
 _FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
@@ -39,7 +39,7 @@ def handshake(address: str, credentials: ClusterCredentials | None, *, role: str
     with/without authentication where we are the other way round), HandshakeError for a
     protocol version mismatch, ZmeshError when nothing answers within `timeout` seconds.
     """
-    from zmesh.transports.zmq_context import shared_context
+    from zmesh.transports.zmq_context import prepare_dealer, shared_context
 
     context = shared_context.acquire()
     ident = f"{PROBE_PREFIX}{secrets.token_hex(8)}"
@@ -47,13 +47,8 @@ def handshake(address: str, credentials: ClusterCredentials | None, *, role: str
     monitor: zmq.Socket[bytes] | None = None
     try:
         dealer.linger = 0
-        dealer.setsockopt(zmq.ROUTING_ID, ident.encode())
         curve = credentials is not None and address.startswith("tcp://")
-        if curve:
-            assert credentials is not None
-            dealer.curve_publickey = credentials.curve_public
-            dealer.curve_secretkey = credentials.curve_secret
-            dealer.curve_serverkey = credentials.curve_public
+        prepare_dealer(dealer, address, credentials, ident)
         monitor = dealer.get_monitor_socket(_WATCH)
         try:
             dealer.connect(address)
@@ -88,7 +83,10 @@ def _await_welcome(address: str, dealer: zmq.Socket[bytes], monitor: zmq.Socket[
             if event & _FAILED or (event == zmq.EVENT_DISCONNECTED and (drops := drops + 1) > 1):
                 raise AuthenticationError(_refused(address, curve, event))
         if dealer in ready:
-            reply = codec.unpack([dealer.recv()])[0]
+            frame = dealer.recv()
+            if not frame:
+                continue  # a liveness check of the node's (zmq_peers), not an answer
+            reply = codec.unpack([frame])[0]
             try:
                 return expect_welcome(reply)
             except HandshakeError as exc:

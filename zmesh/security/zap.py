@@ -1,14 +1,17 @@
-"""The ZAP handler: admits to a CURVE ROUTER only clients holding its mesh's cluster key.
+"""The ZAP handler: names each CURVE client of a mesh's ROUTERs by its public key.
 
 One `ZapGate` serves one zmq Context (ZAP is per context): pyzmq's `ThreadAuthenticator`
-answers libzmq's ZAP requests on a thread of its own, and each mesh's ROUTERs use their own
-ZAP domain, so one process can serve several meshes (tests do) without mixing them up.
-A client refused here never gets a connection: no frame of it reaches Python code.
+answers libzmq's ZAP requests on a thread of its own. A client reaches ZAP only after it has
+completed a CURVE handshake against the mesh's server key, which only token holders can
+derive; a client without it never gets a connection and no frame of it reaches Python code.
+ZAP then sets the connection's User-Id to the client's own public key (Z85). Whether that key
+belongs to a member of this mesh is proven by the vouch the client presents in its ZMTP
+metadata, which ZAP does not see: `zmesh.transports.zmq_peers` checks it, once per connection,
+before any message of that connection is decoded (see `zmesh.security.identity`).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 
@@ -23,18 +26,14 @@ __all__ = ["ZapGate"]
 class _Admit:
     """The credentials provider pyzmq's authenticator calls for every CURVE handshake."""
 
-    def __init__(self, client_key: bytes) -> None:
-        self.client_key = client_key
+    def __init__(self) -> None:
         self.admitted = 0
-        self.refused = 0
 
     def callback(self, domain: str, key: bytes) -> bool:
-        ok = hmac.compare_digest(key, self.client_key)
-        if ok:
-            self.admitted += 1
-        else:
-            self.refused += 1
-        return ok
+        # The handshake already proved the client knows the mesh's server key; membership
+        # (the vouch) and identity are checked per connection by the ROUTER's owner.
+        self.admitted += 1
+        return True
 
 
 class ZapGate:
@@ -55,15 +54,15 @@ class ZapGate:
                 auth.start()
                 self._auth = auth
             if domain not in self._domains:
-                provider = _Admit(credentials.curve_public)
+                provider = _Admit()
                 self._domains[domain] = provider
                 self._auth.configure_curve_callback(domain, provider)
         return domain
 
-    def counts(self, credentials: ClusterCredentials) -> tuple[int, int]:
-        """(admitted, refused) handshakes for that mesh so far."""
+    def handshakes(self, credentials: ClusterCredentials) -> int:
+        """CURVE handshakes completed with that mesh's ROUTERs in this process so far."""
         provider = self._domains.get(credentials.zap_domain)
-        return (provider.admitted, provider.refused) if provider is not None else (0, 0)
+        return provider.admitted if provider is not None else 0
 
     def stop(self) -> None:
         """Stop the handler thread (before the Context is terminated)."""
@@ -72,4 +71,3 @@ class ZapGate:
             self._domains.clear()
         if auth is not None:
             auth.stop()
-

@@ -539,6 +539,7 @@ class Node:
         st, ts = self.store.stats(), self.objects.transfer.stats()
         pending = self.scheduler.pending()
         out = self.ops.metrics({w.pid for w in self.workers.values()})
+        peers = getattr(self.loop.endpoint, "peers", None)  # zmq endpoints: who was refused
         out.update({
             "node_id": self.node_id,
             "queued": sum(1 for p in pending if not p.infeasible),
@@ -549,6 +550,7 @@ class Node:
             "store": {k: getattr(st, k) for k in st.__dataclass_fields__},
             "transfer": {k: getattr(ts, k) for k in ts.__dataclass_fields__},
             "messages_received": self.loop.received,
+            "refused_connections": peers.counts() if peers is not None else {},
             "resources": self.scheduler.total(), "available": self.scheduler.available(),
         })
         return out
