@@ -7,6 +7,7 @@ threads; after a fork the child starts afresh.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import threading
@@ -18,7 +19,11 @@ from zmesh.security.identity import client_metadata, process_keys
 from zmesh.security.keys import ClusterCredentials
 from zmesh.security.zap import ZapGate
 
-__all__ = ["ipc_socket_in_use", "prepare_dealer", "shared_context"]
+__all__ = ["INPROC_MARK", "ipc_socket_in_use", "prepare_dealer", "shared_context"]
+
+INPROC_MARK = "|"
+"""Separates an inproc DEALER's sender name from its number in its routing id."""
+_inproc_ids = itertools.count()
 
 
 def ipc_socket_in_use(path: str) -> bool:
@@ -86,10 +91,13 @@ def prepare_dealer(
 
     tcp and ipc peers learn who we are from the ZMTP metadata of each (re)connection (see
     `zmesh.security.identity`); to a tcp peer of a mesh the DEALER is a CURVE client with this
-    process's own key pair. inproc has no metadata, so there the routing id names the sender.
+    process's own key pair. inproc has no metadata, so there the routing id names the sender
+    (plus `INPROC_MARK` and a number).
     """
     if to.startswith("inproc://"):
-        dealer.setsockopt(zmq.ROUTING_ID, sender.encode())
+        # A number of its own per DEALER: a reconnect must not collide with the id of a
+        # connection the ROUTER has not dropped yet (it ignores duplicates).
+        dealer.setsockopt(zmq.ROUTING_ID, f"{sender}{INPROC_MARK}{next(_inproc_ids)}".encode())
         return
     for prop in client_metadata(credentials, sender):
         dealer.setsockopt(zmq.METADATA, prop)

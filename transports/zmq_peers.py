@@ -37,6 +37,8 @@ from zmesh.security.identity import (
 )
 from zmesh.security.keys import ClusterCredentials
 
+from .zmq_context import INPROC_MARK
+
 __all__ = ["PeerTable"]
 
 logger = logging.getLogger("zmesh.transports.peers")
@@ -125,7 +127,7 @@ class PeerTable:
         except zmq.ZMQError:
             # No metadata at all: an inproc pipe, inside this process.
             try:
-                sender = rid.decode()
+                sender = rid.decode().rpartition(INPROC_MARK)[0]
             except UnicodeDecodeError:
                 sender = ""
             if "://" in sender:
