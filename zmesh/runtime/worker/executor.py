@@ -94,9 +94,8 @@ class Executor:
         if self.actor is not None:
             # as Ray: a queued actor task never runs; a running one is interrupted only in
             # an async actor (a sync actor's state must not be torn mid-method)
-            running = self.async_calls.get(msg.task_id)
-            if running is not None and self.aio is not None:
-                self.aio.call_soon_threadsafe(running.cancel)
+            if msg.task_id in self.async_calls and self.aio is not None:
+                self.aio.call_soon_threadsafe(self._cancel_async, msg.task_id)
             return
         with self._cancel_lock:
             if self.running == msg.task_id and self.thread.ident is not None:
@@ -345,11 +344,21 @@ class Executor:
 
     def _start_async_call(self, call: m.ActorCall) -> None:
         assert self.aio is not None
-        task = self.aio.create_task(self._async_call(call))
-        self.async_calls[call.task_id] = task
-        task.add_done_callback(lambda _t: self.async_calls.pop(call.task_id, None))
+        # the call removes itself when it ends (no done callback: one loop turn less a call)
+        self.async_calls[call.task_id] = self.aio.create_task(self._async_call(call))
+
+    def _cancel_async(self, task_id: bytes) -> None:  # the actor's event loop
+        task = self.async_calls.pop(task_id, None)  # (one cancelled unstarted never runs)
+        if task is not None:
+            task.cancel()
 
     async def _async_call(self, call: m.ActorCall) -> None:
+        try:
+            await self._async_call_body(call)
+        finally:
+            self.async_calls.pop(call.task_id, None)
+
+    async def _async_call_body(self, call: m.ActorCall) -> None:
         assert self.aio_sem is not None
         name = self._method_name(call)
         events.recorder.begin(call.task_id, name, "actor_call")
