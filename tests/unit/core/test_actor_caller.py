@@ -15,9 +15,13 @@ from zmesh.core.actor_caller import (
     ActorDead,
     ActorRestarting,
     Completed,
+    Done,
     Fail,
+    Hold,
     Ready,
     Send,
+    SendFailed,
+    State,
     Submit,
     Track,
 )
@@ -96,6 +100,29 @@ class CallerMachine(RuleBasedStateMachine):
             self.step(ActorRestarting(AID, "killed"))
 
     @rule()
+    def kill_with_restart(self) -> None:
+        """This caller kills the actor (restart allowed): Hold first, a call made meanwhile
+        must not be sent to the dying worker, then the node says it is restarting."""
+        if not self.alive:
+            return
+        before = len(self.wire)
+        self.step(Hold(AID))
+        self.submit(True)
+        assert len(self.wire) == before, "a call went to the worker being killed"
+        self.restart()
+
+    @rule(data=st.data())
+    def send_fails(self, data: st.DataObject) -> None:
+        """A send finds no route: the call waits; the shell asks again and hears `alive`."""
+        live = [i for i, (inc, _, tid) in enumerate(self.wire)
+                if inc == self.incarnation and self.alive and tid in self.open]
+        if not live:
+            return
+        _, _, tid = self.wire.pop(live[data.draw(st.integers(0, len(live) - 1))])
+        self.step(SendFailed(AID, tid))
+        self.step(ActorAlive(AID, self.incarnation, f"w{self.incarnation}"))
+
+    @rule()
     def die(self) -> None:
         if not self.dead and self.n > 3:
             self.alive = False
@@ -147,4 +174,56 @@ def test_calls_after_a_restart_are_numbered_from_zero_in_order() -> None:
     again = core.handle(ActorAlive(AID, 1, "w1"))
     assert again == [Send(AID, b"t1", "w1", 0), Send(AID, b"t2", "w1", 1)]
     assert core.handle(Submit(AID, b"t3")) == [Send(AID, b"t3", "w1", 2)]
+    core.validate()
+
+
+def test_hold_keeps_in_flight_calls_and_queues_new_ones() -> None:
+    core = ActorCallerCore()
+    core.handle(Track(AID, max_task_retries=1))
+    core.handle(ActorAlive(AID, 0, "w0"))
+    assert core.handle(Submit(AID, b"t0")) == [Send(AID, b"t0", "w0", 0)]
+    assert core.handle(Hold(AID)) == []
+    assert core.handle(Submit(AID, b"t1")) == []  # not to the worker being killed
+    assert core.in_flight(AID, b"t0") is True and core.in_flight(AID, b"t1") is False
+    assert core.handle(Completed(AID, b"t0")) == [Done(AID, b"t0")]  # it may still answer
+    assert core.handle(Completed(AID, b"t0")) == []  # only once
+    core.handle(ActorRestarting(AID, "killed"))
+    assert core.handle(ActorAlive(AID, 1, "w1")) == [Send(AID, b"t1", "w1", 0)]
+    core.validate()
+
+
+def test_an_answer_from_a_restarted_worker_is_not_taken_for_the_retry() -> None:
+    core = ActorCallerCore()
+    core.handle(Track(AID, max_task_retries=1))
+    core.handle(ActorAlive(AID, 0, "w0"))
+    core.handle(Submit(AID, b"t0"))
+    core.handle(ActorRestarting(AID, "crashed"))
+    assert core.handle(Completed(AID, b"t0")) == []  # queued for a retry, not in flight
+    assert core.handle(ActorAlive(AID, 1, "w1")) == [Send(AID, b"t0", "w1", 0)]
+    assert core.handle(Completed(AID, b"t0")) == [Done(AID, b"t0")]
+    assert core.open_calls(AID) == 0
+    core.validate()
+
+
+def test_a_failed_send_waits_with_every_later_call_for_news() -> None:
+    core = ActorCallerCore()
+    core.handle(ActorAlive(AID, 0, "w0"))
+    assert core.handle(Submit(AID, b"t0")) == [Send(AID, b"t0", "w0", 0)]
+    core.handle(SendFailed(AID, b"t0"))
+    assert core.state(AID) is State.PENDING
+    assert core.handle(Submit(AID, b"t1")) == []  # not ahead of t0
+    core.validate()
+    assert core.handle(ActorAlive(AID, 0, "w0")) == [Send(AID, b"t0", "w0", 0),
+                                                     Send(AID, b"t1", "w0", 1)]
+    core.validate()
+
+
+def test_a_dead_actor_fails_calls_at_once_and_story_tells_why() -> None:
+    core = ActorCallerCore()
+    core.handle(ActorAlive(AID, 0, "w0"))
+    core.handle(Submit(AID, b"t0"))
+    assert core.handle(ActorDead(AID, "gone")) == [Fail(AID, b"t0", False, "gone")]
+    assert core.handle(Submit(AID, b"t1")) == [Fail(AID, b"t1", False, "the actor is dead")]
+    assert core.open_calls(AID) == 0
+    assert "ActorDead" in core.story(b"t0") and "Fail" in core.story(b"t1")
     core.validate()
