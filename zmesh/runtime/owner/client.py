@@ -17,12 +17,10 @@ from typing import Any
 
 from zmesh.core.ownership import BorrowerGone, OwnerNodeDied
 from zmesh.errors import (
-    GetTimeoutError,
     NodeDiedError,
     ObjectLostError,
     OwnerDiedError,
     PlacementGroupError,
-    TaskCancelledError,
     TransportError,
     ZmeshError,
 )
@@ -38,6 +36,7 @@ from zmesh.runtime.owner.node_watch import NodeWatch
 from zmesh.runtime.owner.objects import ObjectEntry, ObjectTable
 from zmesh.runtime.owner.owner_probe import OwnerProbe
 from zmesh.runtime.owner.submit import TaskSubmitter
+from zmesh.runtime.owner.waiting import Waits
 from zmesh.store.mapping import StoreMapper
 from zmesh.transports import open_endpoint
 
@@ -99,7 +98,8 @@ class CoreClient:
         self.assigned_resources: dict[str, float] = {}
         self.current_task_id: bytes = b""
         self.current_actor_id: bytes = b""
-        self.interruptible: dict[int, _Countdown] = {}  # thread id -> its get/wait, if blocked
+        self.waits = Waits(self)
+        self.interruptible = self.waits.interruptible  # thread id -> its get/wait, if blocked
         self.current_actor_class: Any = None  # the user's class, in an actor's worker
         self.current_placement_group: Any = None  # the group the running work was placed in
         self.inherited_strategy = b""  # its strategy, when it captures its child tasks
@@ -339,121 +339,22 @@ class CoreClient:
             return None  # no retries left: the task was not run again
         return self._wait_values([ref], deadline)[0]
 
+    # -- waiting (owner/waiting.py) -------------------------------------------------------
     def _wait_values(self, refs: Sequence[ObjectRef], deadline: float | None,
                      fail_fast: bool = False) -> list[m.Value]:
-        """The refs' values once all are ready; with fail_fast, as soon as one is an error
-        (the others may then be None)."""
-        entries = self.objects.entries
-        result: list[m.Value | None] = []
-        missing: list[int] = []
-        for i, ref in enumerate(refs):
-            entry = entries.get(ref.id)
-            v = None if entry is None else entry.value
-            result.append(v)
-            if v is None:
-                missing.append(i)
-        if not missing:
-            return result  # type: ignore[return-value]
-        if self.node_watch.lost:  # nothing more will come
-            raise NodeDiedError(self.node_watch.lost)
-        self._request_borrowed([refs[i] for i in missing])
-        waiter = _Countdown(len(missing), fail_fast)
-        for i in missing:
-            if not self.objects.when_ready(refs[i].id, waiter.hit):
-                raise ObjectLostError(f"{refs[i]!r} is no longer referenced by this process")
-        if not waiter.event.is_set():
-            blocked = self.blocked_hook is not None
-            if blocked:
-                self.blocked_hook(True)  # type: ignore[misc]
-            me = threading.get_ident()
-            self.interruptible[me] = waiter
-            try:
-                left = None if deadline is None else max(0.0, deadline - self.loop.clock())
-                done = self.loop.wait_event(waiter.event, left)
-            finally:
-                self.interruptible.pop(me, None)
-                if blocked:
-                    self.blocked_hook(False)  # type: ignore[misc]
-            if waiter.cancelled:
-                raise TaskCancelledError("the task was cancelled while blocked in get()")
-            if not done:
-                late = next(refs[i] for i in missing if self.objects.value_of(refs[i].id) is None)
-                raise GetTimeoutError(self._timeout_message(late))
-        for i in missing:
-            result[i] = self.objects.value_of(refs[i].id)
-        return result  # type: ignore[return-value]
-
-    def _timeout_message(self, ref: ObjectRef) -> str:
-        why = self.tasks.pending_reason(ref.task_id()) or self.actors.pending_reason(ref.task_id())
-        base = f"get timed out waiting for {ref!r}"
-        return f"{base}: {why}" if why else base
+        return self.waits.values(refs, deadline, fail_fast)
 
     def _request_borrowed(self, refs: Sequence[ObjectRef]) -> None:
-        todo = []
-        with self.objects.lock:
-            for ref in refs:
-                entry = self.objects.entries.get(ref.id)
-                if entry is not None and not entry.owned and not entry.requested:
-                    entry.requested = True
-                    todo.append(ref)
-        by_owner: dict[str, list[bytes]] = {}
-        for ref in todo:
-            self.loop.send_threadsafe(ref.owner, m.GetObject(object_id=ref.id,
-                                                             requester=self.address))
-            by_owner.setdefault(ref.owner, []).append(ref.id)
-        for owner, ids in by_owner.items():  # an owner that died never answers: watch it
-            self.loop.call_soon(self.owner_probe.watch, owner, ids)
+        self.waits.request_borrowed(refs)
 
     def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None
              ) -> tuple[list[ObjectRef], list[ObjectRef]]:
         """Split refs into (ready, not ready) once num_returns are ready or time runs out."""
-        self._request_borrowed(refs)
-        value_of = self.objects.value_of
-        have = sum(1 for r in refs if value_of(r.id) is not None)
-        if have < num_returns and timeout != 0:
-            # Count every ref through its callback (a ready one calls back at once): counting
-            # the ready ones first and registering the rest after would miss a ref that becomes
-            # ready in between, and wait forever.
-            waiter = _Countdown(num_returns)
-            for r in refs:
-                self.objects.when_ready(r.id, waiter.hit)
-            me = threading.get_ident()
-            self.interruptible[me] = waiter
-            hook = self.blocked_hook if not waiter.event.is_set() else None
-            if hook is not None:
-                hook(True)  # lend this task's CPU while it waits, as get does (Ray)
-            try:
-                self.loop.wait_event(waiter.event, timeout)
-            finally:
-                self.interruptible.pop(me, None)
-                if hook is not None:
-                    hook(False)
-            if waiter.cancelled:
-                raise TaskCancelledError("the task was cancelled while blocked in wait()")
-        out_ready: list[ObjectRef] = []
-        rest: list[ObjectRef] = []
-        for r in refs:
-            if len(out_ready) < num_returns and value_of(r.id) is not None:
-                out_ready.append(r)
-            else:
-                rest.append(r)
-        return out_ready, rest
+        return self.waits.wait(refs, num_returns, timeout)
 
     def future_of(self, ref: ObjectRef) -> Future[Any]:
-        """A future of the ref's value. The pending callback keeps the ref alive: the caller
-        may drop it (`await f.remote()` keeps no variable) and the value must still arrive."""
-        fut: Future[Any] = Future()
-
-        def done(value: m.Value, keep: ObjectRef = ref) -> None:
-            try:
-                fut.set_result(values.raise_if_error(value, values.decode(value, self.read)))
-            except BaseException as exc:
-                fut.set_exception(exc)
-
-        self._request_borrowed([ref])
-        if not self.objects.when_ready(ref.id, done):
-            fut.set_exception(ObjectLostError(f"{ref!r} is no longer referenced"))
-        return fut
+        """A future of the ref's value (it keeps the ref alive until the value comes)."""
+        return self.waits.future_of(ref)
 
     # -- serving objects we own ------------------------------------------------------------
     def _on_get_object(self, sender: str, msg: m.GetObject, bufs: list[Any]) -> None:
@@ -550,29 +451,3 @@ def _loc(loc: m.StoreLoc) -> Any:
     from zmesh.store.arena import Location
 
     return Location(segment=loc.segment, offset=loc.offset, size=loc.size)
-
-
-class _Countdown:
-    """Sets `event` once `hit` has been called `n` times, from any threads (the loop's
-    callbacks race the registering thread's immediate ones, hence the lock)."""
-
-    __slots__ = ("left", "event", "_lock", "_fail_fast", "cancelled")
-
-    def __init__(self, n: int, fail_fast: bool = False) -> None:
-        self.left = n
-        self.event = threading.Event()
-        self._lock = threading.Lock()
-        self._fail_fast = fail_fast  # an error value ends the wait at once
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        """End the wait now: the waiting task was cancelled."""
-        self.cancelled = True
-        self.event.set()
-
-    def hit(self, value: Any) -> None:
-        with self._lock:
-            self.left -= 1
-            done = self.left <= 0 or (self._fail_fast and getattr(value, "is_error", False))
-        if done:
-            self.event.set()
