@@ -214,6 +214,11 @@ class LocalScheduler:
         run.free[_CPU] += cpu
         return self._after_release() if self._waiting.by_id or self._groups.has_pending() else []
 
+    def lent(self, work_id: WorkId) -> int:
+        """CPU (fixed point) that running `work_id` has lent out while blocked (0: none)."""
+        run = self._running.get(work_id)
+        return run.lent if run is not None else 0
+
     def reclaim(self, work_id: WorkId) -> None:
         """Blocked work resumes: it takes its CPU back at once, as Ray does, even when that
         oversubscribes the node until something finishes."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from zmesh.core import actor_lifecycle as life
+from zmesh.core import node_lease_events as nl
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.scheduling import (
     Dispatch,
@@ -48,7 +49,6 @@ class ActorManager:
         self.named: dict[tuple[str, str], bytes] = {}
         self.groups: dict[str, GroupEntry] = {}
         self.removed_groups = group_table.RemovedGroups()
-        self.waiting_for_worker: list[Any] = []
         self.names = ActorDirectory(self)
         self.early_subscribers: dict[bytes, set[str]] = {}
 
@@ -111,13 +111,9 @@ class ActorManager:
         gpu_ids = list(d.gpu_ids)
         self.node.take_idle_worker(lambda info: self._start(entry, info, gpu_ids))
 
-    def take_worker(self, info: WorkerInfo) -> None:
-        waiter = self.waiting_for_worker.pop(0)
-        waiter(info)
-
     def _start(self, entry: ActorEntry, info: WorkerInfo, gpu_ids: list[int]) -> None:
         if entry.state == "dead":
-            self.node._give_idle(info)
+            self.node.lease_shell.give_back(info)
             return
         info.state = "actor"
         info.actor_id = entry.spec.actor_id
@@ -347,10 +343,7 @@ class ActorManager:
             self.run(entry, life.KillRequested("its placement group was removed", True,
                                                reachable=_reachable(entry)))
             return
-        lease = self.node.leases.get(work_id)
-        if lease is not None and lease.worker is not None:
-            lease.holds = False
-            self.node.pool.kill(lease.worker)
+        self.node.lease_shell.handle(nl.LeaseEvicted(work_id))
 
     def _pg_state(self, group: GroupEntry, state: str, reason: str) -> None:
         group.state = state

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from zmesh.core import node_lease_events as nl
 from zmesh.core.scheduling import Forward
 from zmesh.protocol.messages import placement as p
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.node.actor_entries import ActorEntry
-from zmesh.runtime.node.lease_table import LeaseInfo
 
 if TYPE_CHECKING:
     from zmesh.runtime.node.server import Node
@@ -48,40 +48,38 @@ class Forwarder:
 
     # -- sending work away -----------------------------------------------------------------
     def forward(self, d: Forward) -> None:
+        """Send an actor to the node the scheduler chose (leases go through `send_lease`)."""
         node = self.node
         address = node.mesh.live_address(d.node_id) if node.mesh is not None else None
-        lease = node.leases.get(d.work_id)
-        if address is None:  # the view moved on; place it again here
-            logger.info("forward of %s to %s: node is gone; rescheduling", d.work_id.hex(),
-                        d.node_id)
-            if lease is not None:
-                node.submit_lease(lease, hops=d.request.hops)
-            else:
-                entry = node.actors.actors.get(d.work_id)
-                if entry is not None:
-                    entry.hops = d.request.hops
-                    node.actors.schedule(entry)
-            return
-        if lease is not None:
-            self._forward_lease(lease, address, d.request.hops)
-            return
         entry = node.actors.actors.get(d.work_id)
-        if entry is not None:
-            self._forward_actor(entry, address, d.request.hops)
+        if entry is None:
+            return
+        if address is None:  # the view moved on; place it again here
+            logger.info("forward of actor %s to %s: node is gone; rescheduling",
+                        d.work_id.hex(), d.node_id)
+            entry.hops = d.request.hops
+            node.actors.schedule(entry)
+            return
+        self._forward_actor(entry, address, d.request.hops)
 
-    def _forward_lease(self, lease: LeaseInfo, address: str, hops: int) -> None:
+    def send_lease(self, action: nl.ForwardLease) -> str | None:
+        """Send a lease request on to node `action.node_id`: its address, or None if gone."""
         node = self.node
-        assert lease.request is not None
-        origin = lease.origin or node.mesh_address
-        node.loop.send(address, p.ForwardLease(lease_id=lease.lease_id, origin=origin,
-                                               request=lease.request, hops=hops))
-        if lease.origin:  # passing it on: the origin keeps the record, not us
-            node.leases.pop(lease.lease_id, None)
-            self.passed_on[lease.lease_id] = address
-            while len(self.passed_on) > PASSED_ON_LIMIT:
-                self.passed_on.popitem(last=False)
-        else:
-            lease.remote = address
+        address = node.mesh.live_address(action.node_id) if node.mesh is not None else None
+        if address is None:
+            logger.info("forward of lease %s to %s: node is gone; rescheduling",
+                        action.lease_id.hex(), action.node_id)
+            return None
+        node.loop.send(address, p.ForwardLease(
+            lease_id=action.lease_id, origin=action.origin or node.mesh_address,
+            request=action.payload, hops=action.hops))
+        return address
+
+    def note_passed_on(self, lease_id: bytes, address: str) -> None:
+        """We passed on a lease another node forwarded to us: remember where (bounded)."""
+        self.passed_on[lease_id] = address
+        while len(self.passed_on) > PASSED_ON_LIMIT:
+            self.passed_on.popitem(last=False)
 
     def _forward_actor(self, entry: ActorEntry, address: str, hops: int) -> None:
         spec = entry.spec
@@ -98,32 +96,16 @@ class Forwarder:
         self.taken[key] = None
         while len(self.taken) > PASSED_ON_LIMIT:
             self.taken.popitem(last=False)
-        req = msg.request
-        lease = LeaseInfo(msg.lease_id, req.owner, req.request_id, req.name, request=req,
-                          origin=msg.origin)
-        self.node.leases[msg.lease_id] = lease
-        self.node.submit_lease(lease, hops=msg.hops)
+        self.node.lease_shell.request(msg.lease_id, msg.request, origin=msg.origin,
+                                      hops=msg.hops)
 
     def _on_forward_actor(self, sender: str, msg: p.ForwardActor, bufs: list[Any]) -> None:
         self.node.actors.host_forwarded(msg.spec, home=sender, hops=msg.hops,
                                         restarts=msg.restarts)
 
-    def notify_origin(self, lease: LeaseInfo, state: str) -> None:
-        """Tell a forwarded lease's origin that it was granted here, or is done."""
-        if lease.origin:
-            worker = lease.worker.address if lease.worker is not None else ""
-            self.node.loop.send(lease.origin, p.ForwardedLeaseState(
-                lease_id=lease.lease_id, state=state, worker_address=worker))
-
     def _on_lease_state(self, sender: str, msg: p.ForwardedLeaseState, bufs: list[Any]) -> None:
-        lease = self.node.leases.get(msg.lease_id)
-        if lease is None or not lease.remote:
-            return
-        if msg.state == "granted":
-            lease.remote = sender
-            lease.remote_granted = True
-        else:
-            self.node.leases.pop(msg.lease_id, None)
+        self.node.lease_shell.handle(nl.RemoteLeaseState(msg.lease_id, sender,
+                                                         granted=msg.state == "granted"))
 
     def return_passed_on(self, msg: m.ReturnLease) -> None:
         """A return for a lease we passed on: send it after the lease."""
@@ -131,29 +113,9 @@ class Forwarder:
         if address is not None:
             self.node.loop.send(address, msg)
 
-    def return_remote(self, lease: LeaseInfo, owner_died: bool = False,
-                      retire: bool = False) -> None:
-        """The owner gave back a lease another node holds (or died): pass it on."""
-        self.node.leases.pop(lease.lease_id, None)
-        self.node.loop.send(lease.remote, m.ReturnLease(lease_id=lease.lease_id,
-                                                        owner_died=owner_died, retire=retire))
-
     # -- a node died or left ---------------------------------------------------------------
     def node_gone(self, node_id: str, address: str, why: str) -> None:
         node = self.node
-        for lease in list(node.leases.values()):
-            if lease.remote == address:
-                node.leases.pop(lease.lease_id, None)
-                if lease.remote_granted:
-                    node.loop.send(lease.owner, m.WorkerExited(
-                        lease_id=lease.lease_id, worker_address="",
-                        reason=f"its node {node_id} {why}"))
-                else:
-                    lease.remote = ""
-                    node.leases[lease.lease_id] = lease
-                    node.submit_lease(lease, hops=0)
-            elif lease.origin == address:
-                lease.origin = ""  # its owner went with that node
-                node.release_lease(lease)
+        node.lease_shell.handle(nl.PeerDied(address, node_id, why))
         node.actors.node_gone(node_id, address, why)
         node.groups.node_gone(node_id, address)

@@ -20,9 +20,11 @@ from typing import Any
 
 import msgspec
 
+from zmesh.core import node_lease_events as nl
+from zmesh.core.node_leases import Lease
 from zmesh.core.resources import NodeResources
 from zmesh.core.scheduler import LocalScheduler
-from zmesh.core.scheduling import Dispatch, Failed, Forward, Infeasible, Pending, Request
+from zmesh.core.scheduling import Decision, Dispatch, Failed, Forward, Infeasible
 from zmesh.errors import TransportError, ZmeshError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.common import Ping, Pong
@@ -35,7 +37,7 @@ from zmesh.runtime.node.control import ControlAgent
 from zmesh.runtime.node.credentials import HelloDesk, check_seeds, resolve, save_token
 from zmesh.runtime.node.forward import Forwarder
 from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
-from zmesh.runtime.node.lease_table import LeaseInfo
+from zmesh.runtime.node.leases import LeasePorts, LeaseShell
 from zmesh.runtime.node.mesh import MeshAgent
 from zmesh.runtime.node.mesh_query import MESH_QUERIES, MeshQueries
 from zmesh.runtime.node.objects import NodeObjects
@@ -46,7 +48,6 @@ from zmesh.runtime.node.user_kv import USER_KV_QUERIES, answer_kv_query
 from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
 from zmesh.runtime.owner.node_watch import node_timeout_s
-from zmesh.runtime.strategies import decode_strategy
 from zmesh.security.keys import installed as installed_credentials
 from zmesh.store.object_store import ObjectStore
 from zmesh.store.sweep import (
@@ -64,7 +65,6 @@ from zmesh.transports.chaos import ChaosEndpoint
 logger = logging.getLogger("zmesh.node")
 
 LIVENESS_PERIOD_S = 0.25
-STOP_GRACE_S = 2.0  # a dead owner's busy worker gets SIGTERM, then SIGKILL after this
 
 
 @dataclass(eq=False)
@@ -126,9 +126,6 @@ class Node:
         self.num_cpus = num_cpus
         self.clients: dict[str, ClientInfo] = {}
         self.workers: dict[str, WorkerInfo] = {}
-        self.idle: list[WorkerInfo] = []
-        self.leases: dict[bytes, LeaseInfo] = {}
-        self.waiting_for_worker: list[tuple[bytes, Dispatch]] = []
         self.functions: dict[bytes, bytes] = {}
         self.warned: set[tuple[str, str]] = set()
         self.stopping = False
@@ -144,6 +141,13 @@ class Node:
         self.forwarder = Forwarder(self)
         self.groups = GroupRelay(self)
         self.mesh_queries = MeshQueries(self)
+        self.lease_shell = LeaseShell(self.scheduler, LeasePorts(
+            send=self.loop.send, spawn=lambda: self.pool.spawn(),
+            kill=lambda info, sig: self.pool.kill(info, sig), set_timer=self.loop.call_later,
+            decided=self._decided, actor_worker_died=self.actors.worker_died,
+            send_lease=self.forwarder.send_lease, passed_on=self.forwarder.note_passed_on,
+            follow_passed_on=self.forwarder.return_passed_on, warn=self.warn,
+            count_submitted=lambda name: self.ops.count_submitted(name)))
         self.mesh: MeshAgent | None = MeshAgent(
             self.loop, self.mesh_address, self.node_id, total=self.scheduler.total,
             free=self.scheduler.available, labels=self.labels, ipc_address=self.address,
@@ -164,24 +168,22 @@ class Node:
         on(m.RegisterClient, self._on_register)
         on(Ping, self._on_ping)
         on(m.ExportFunction, lambda s, msg, b: self.functions.__setitem__(msg.fn_id, msg.blob))
-        on(m.RequestLease, self._on_request_lease)
-        on(m.ReturnLease, self._on_return_lease)
         on(m.AllocObject, self._on_alloc)
         on(m.UnpinObject, lambda s, msg, b: self._store_call(self.store.unpin, msg.object_id,
                                                               msg.client))
-        on(m.Blocked, self._on_blocked)
         on(m.LogLines, self._on_log)
         on(TaskEvents, self.ops.on_task_events)
         on(UserMetrics, self.ops.on_user_metrics)
         on(m.Query, self._on_query)
         on(m.Shutdown, lambda s, msg, b: self.stop(msg.reason))
         self.actors.register(self.loop)
+        self.lease_shell.register(self.loop)
         self.objects.register(self.loop)
 
     def start(self, join: list[str] | None = None) -> None:
         """Start workers, timers and the mesh join; the loop must run afterwards."""
         for _ in range(max(1, min(int(self.num_cpus), 8))):
-            self._prestart()
+            self.pool.spawn()
         self.loop.call_later(LIVENESS_PERIOD_S, self._check_liveness)
         if self.mesh is not None:
             self.loop.call_soon(self.mesh.start, list(join or []))
@@ -195,6 +197,7 @@ class Node:
         if not self.stopping:
             logger.debug("node stopping: %s", reason)
             self.stopping = True
+            self.lease_shell.handle(nl.NodeStopping())
             if self.mesh is not None:
                 self.mesh.leave()
             self.loop.stop()
@@ -272,38 +275,14 @@ class Node:
         """A driver or worker died: what it owned goes, on every node (its leases' workers
         stop, even mid-task; its actors, placement groups, objects and pins are freed)."""
         self.clients.pop(address, None)
-        for lease in [le for le in self.leases.values() if le.owner == address]:
-            if lease.remote:
-                self.forwarder.return_remote(lease, owner_died=True)
-            else:
-                self._stop_lease_worker(lease)
-                self._release_lease(lease)
+        self.lease_shell.handle(nl.OwnerDied(address))
         self.actors.owner_died(address)
         self._store_call(self.store.release_client, address)
         self.objects.owner_gone(address)
         # Its socket is gone: close our connection to it, so fds stay bounded.
         self.loop.call_soon(self._disconnect, address)
 
-    def _stop_lease_worker(self, lease: LeaseInfo) -> None:
-        """The lease's owner died: its worker may be running or holding queued tasks of that
-        owner, so it stops (SIGTERM, SIGKILL after a grace period) instead of going idle."""
-        info = lease.worker
-        if info is None or info.state != "leased":
-            return
-        info.state = "stopping"
-        info.lease_id = b""
-        self.pool.kill(info, signal.SIGTERM)
-
-        def force() -> None:
-            if info.state != "dead":
-                self.pool.kill(info, signal.SIGKILL)
-
-        self.loop.call_later(STOP_GRACE_S, force)
-
     # -- workers and leases ----------------------------------------------------------------
-    def _prestart(self) -> None:
-        self.pool.spawn()
-
     def _worker_ready(self, msg: m.RegisterClient) -> None:
         info = self.pool.by_id.get(msg.worker_id)
         if info is None:
@@ -312,106 +291,38 @@ class Node:
         info.pid = info.pid or msg.pid
         self.pool.by_pid[info.pid] = info
         self.workers[msg.address] = info
-        if info.waiters:
-            waiter = info.waiters.pop(0)
-            waiter(info)
-            return
-        info.state = "idle"
-        self._give_idle(info)
-
-    def _give_idle(self, info: WorkerInfo) -> None:
-        if self.waiting_for_worker:
-            lease_id, decision = self.waiting_for_worker.pop(0)
-            self._grant(lease_id, decision, info)
-            return
-        if self.actors.waiting_for_worker:
-            self.actors.take_worker(info)
-            return
-        self.idle.append(info)
+        self.lease_shell.worker_ready(info)
 
     def take_idle_worker(self, waiter: Any) -> None:
         """Hand an idle worker to `waiter(info)`, starting one if none is idle."""
-        if self.idle:
-            waiter(self.idle.pop())
-            return
-        info = self.pool.spawn()
-        info.waiters.append(waiter)
+        self.lease_shell.take_worker(waiter)
 
-    def _on_request_lease(self, sender: str, msg: m.RequestLease, bufs: list[Any]) -> None:
-        lease_id = random_id(12)
-        lease = LeaseInfo(lease_id, msg.owner, msg.request_id, msg.name, request=msg)
-        self.leases[lease_id] = lease
-        self.ops.count_submitted(msg.name)
-        self.submit_lease(lease)
+    @property
+    def leases(self) -> dict[bytes, Lease]:
+        """The leases this node holds or forwarded (the lease core's table)."""
+        return self.lease_shell.leases
 
-    def submit_lease(self, lease: LeaseInfo, hops: int = 0) -> None:
-        """Place a lease request with the scheduler (here, forwarded, or waiting)."""
-        msg = lease.request
-        assert msg is not None
-        try:
-            strategy = decode_strategy(msg.strategy)
-            # The owner sent the task's resources with Ray's defaults applied (options.py):
-            # {} is a zero-CPU task and must stay one.
-            req = Request(lease.lease_id, "task", msg.resources,
-                          strategy=strategy, labels=msg.labels, name=msg.name, hops=hops)
-            decisions = self.scheduler.submit(req)
-        except Exception as exc:  # bad resources, unknown node: fail the request clearly
-            self.leases.pop(lease.lease_id, None)
-            self.loop.send(msg.owner, m.LeaseFailed(request_id=msg.request_id,
-                                                    error=values.encode_error(exc).data))
-            self.forwarder.notify_origin(lease, "done")
-            return
-        self.apply(decisions)
+    def apply(self, decisions: list[Decision]) -> None:
+        """Carry out the scheduler's decisions (the lease core takes those about leases)."""
+        self.lease_shell.handle(nl.Scheduled(tuple(decisions)))
 
-    def apply(self, decisions: list[Any]) -> None:
-        """Carry out the scheduler's decisions."""
-        for d in decisions:
-            if isinstance(d, Dispatch):
-                if d.work_id in self.leases:
-                    self._dispatch_lease(d)
-                else:
-                    self.actors.on_dispatch(d)
-            elif isinstance(d, Infeasible | Pending):
-                self._on_waiting(d)
-            elif isinstance(d, Failed):
-                self._on_failed(d)
-            elif isinstance(d, Forward):
-                self.forwarder.forward(d)
-            elif isinstance(d, GROUP_DECISIONS):
-                self.groups.carry_out(d)
-            else:
-                self.actors.on_decision(d)
-                self.groups.on_decision(d)
-
-    def _dispatch_lease(self, d: Dispatch) -> None:
-        if self.idle:
-            self._grant(d.work_id, d, self.idle.pop())
-        else:
-            self.waiting_for_worker.append((d.work_id, d))
-            self.pool.spawn()
-
-    def _grant(self, lease_id: bytes, d: Dispatch, info: WorkerInfo) -> None:
-        lease = self.leases.get(lease_id)
-        if lease is None:
-            self._give_idle(info)
-            return
-        lease.worker = info
-        info.state = "leased"
-        info.lease_id = lease_id
-        self.loop.send(lease.owner, m.LeaseGranted(request_id=lease.request_id, lease_id=lease_id,
-                                                   worker_address=info.address,
-                                                   gpu_ids=list(d.gpu_ids)))
-        self.forwarder.notify_origin(lease, "granted")
-
-    def _on_waiting(self, d: Infeasible | Pending) -> None:
-        lease = self.leases.get(d.work_id)
-        if lease is not None:
-            self._revoke_others(lease)
-        if isinstance(d, Infeasible):
-            owner = lease.owner if lease is not None else self.actors.owner_of(d.work_id)
-            name = lease.name if lease is not None else self.actors.name_of(d.work_id)
+    def _decided(self, d: Decision) -> None:
+        """A decision about an actor or a placement group."""
+        if isinstance(d, Dispatch):
+            self.actors.on_dispatch(d)
+        elif isinstance(d, Infeasible):
+            owner, name = self.actors.owner_of(d.work_id), self.actors.name_of(d.work_id)
             self.warn(owner, name, f"{name} cannot be scheduled on any node: {d.reason}. It "
                       "stays pending until a node that fits joins.")
+        elif isinstance(d, Failed):
+            self.actors.on_failed(d)
+        elif isinstance(d, Forward):
+            self.forwarder.forward(d)
+        elif isinstance(d, GROUP_DECISIONS):
+            self.groups.carry_out(d)
+        else:
+            self.actors.on_decision(d)
+            self.groups.on_decision(d)
 
     def warn(self, owner: str | None, subject: str, text: str) -> None:
         if owner is None or (subject, text) in self.warned:
@@ -419,93 +330,17 @@ class Node:
         self.warned.add((subject, text))
         self.loop.send(owner, m.DriverWarning(text=text, subject=subject))
 
-    def _on_failed(self, d: Failed) -> None:
-        lease = self.leases.pop(d.work_id, None)
-        if lease is not None:
-            self.loop.send(lease.owner, m.LeaseFailed(request_id=lease.request_id,
-                                                      error=values.encode_error(d.error).data))
-            self.forwarder.notify_origin(lease, "done")
-        else:
-            self.actors.on_failed(d)
-
-    def _revoke_others(self, waiting: LeaseInfo) -> None:
-        for lease in self.leases.values():
-            if lease.worker is not None and lease.owner != waiting.owner or (
-                    lease.worker is not None and lease.name != waiting.name):
-                self.loop.send(lease.owner, m.RevokeLease(lease_id=lease.lease_id))
-
-    def _on_return_lease(self, sender: str, msg: m.ReturnLease, bufs: list[Any]) -> None:
-        lease = self.leases.get(msg.lease_id)
-        if lease is None:
-            self.forwarder.return_passed_on(msg)
-            return
-        if lease.remote:
-            self.forwarder.return_remote(lease, owner_died=msg.owner_died, retire=msg.retire)
-        else:
-            if msg.owner_died:
-                self._stop_lease_worker(lease)
-            self._release_lease(lease, retire=msg.retire)
-
-    def release_lease(self, lease: LeaseInfo) -> None:
-        """Free a lease held here (its owner returned it, or is gone)."""
-        self._release_lease(lease)
-
-    def _release_lease(self, lease: LeaseInfo, retire: bool = False) -> None:
-        self.leases.pop(lease.lease_id, None)
-        self.forwarder.notify_origin(lease, "done")
-        # cancel frees running work and drops waiting work (a lease whose owner went before
-        # it was granted); with the CPU lent out while blocked, nothing is held any more.
-        decisions = self.scheduler.cancel(lease.lease_id)
-        info = lease.worker
-        if info is not None and info.state == "leased":
-            info.lease_id = b""
-            if retire:  # it ran its max_calls: it exits instead of serving again
-                info.state = "retired"
-                self.loop.send(info.address, m.Shutdown(reason="max_calls reached"))
-            else:
-                info.state = "idle"
-                self._give_idle(info)
-        self.apply(decisions)
-
-    def _on_blocked(self, sender: str, msg: m.Blocked, bufs: list[Any]) -> None:
-        info = self.workers.get(msg.worker)
-        if info is None or info.state != "leased":
-            return
-        lease = self.leases.get(info.lease_id)
-        if lease is None:
-            return
-        if msg.blocked and lease.holds:
-            lease.holds = False
-            self.apply(self.scheduler.lend(lease.lease_id))
-        elif not msg.blocked and not lease.holds:
-            lease.holds = True
-            self.scheduler.reclaim(lease.lease_id)
-
     def _worker_exited(self, pid: int, status: int) -> None:
         info = self.pool.by_pid.pop(pid, None)
         if info is None:
             return
         self.pool.by_id.pop(info.worker_id, None)
         self.workers.pop(info.address, None)
-        if info in self.idle:
-            self.idle.remove(info)
         reason = describe_status(status)
-        prev, info.state = info.state, "dead"
+        info.state = "dead"
         if info.address:  # what it owned dies with it: leases, actors it created, store pins
             self._client_gone(info.address)
-        if prev == "leased":
-            lease = self.leases.get(info.lease_id)
-            if lease is not None:
-                self.loop.send(lease.owner, m.WorkerExited(
-                    lease_id=lease.lease_id, worker_address=info.address,
-                    reason=f"worker pid={pid} {reason}"))
-                lease.worker = None
-                self._release_lease(lease)
-        elif prev == "actor":
-            self.actors.worker_died(info, f"its worker (pid={pid}) was {reason}"
-                                    if "signal" in reason else f"its worker (pid={pid}) {reason}")
-        if not self.stopping and len(self.idle) < 1:
-            self._prestart()
+        self.lease_shell.worker_exited(info, reason)
 
     def _disconnect(self, address: str) -> None:
         try:
@@ -545,7 +380,7 @@ class Node:
             "queued": sum(1 for p in pending if not p.infeasible),
             "infeasible": sum(1 for p in pending if p.infeasible),
             "leases": len(self.leases),
-            "workers": len(self.workers), "idle_workers": len(self.idle),
+            "workers": len(self.workers), "idle_workers": self.lease_shell.idle_count(),
             "actors": sum(1 for e in self.actors.actors.values() if e.state == "alive"),
             "store": {k: getattr(st, k) for k in st.__dataclass_fields__},
             "transfer": {k: getattr(ts, k) for k in ts.__dataclass_fields__},

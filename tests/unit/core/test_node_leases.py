@@ -1,0 +1,181 @@
+"""The node-lease core alone (issue 8), under hypothesis: random lease requests, returns,
+blocked gets, worker starts and exits, owner deaths, actor hand-offs and timers, with
+`validate()` after every step. A blocked get lends exactly its lease's CPU and never a GPU
+or a custom resource; when every lease is gone every resource is back; no worker is ever
+granted twice."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zmesh.core import node_lease_events as ev
+from zmesh.core.node_leases import NodeLeases, WorkerRole
+from zmesh.core.resources import SCALE
+from zmesh.core.scheduler import LocalScheduler
+from zmesh.core.scheduling import Request
+
+TOTAL = {"CPU": 2.0, "GPU": 1.0, "accel": 2.0}
+SHAPES = [{"CPU": 1.0}, {}, {"CPU": 2.0}, {"CPU": 0.5}, {"CPU": 1.0, "GPU": 1.0},
+          {"GPU": 1.0}, {"CPU": 1.0, "accel": 1.0}, {"accel": 2.0}, {"CPU": 99.0}]
+OWNERS = ["ipc://a", "ipc://b", "ipc://c"]
+OPS = ["request", "request", "return", "retire", "block", "unblock", "start", "start",
+       "exit", "owner_died", "want", "give_back", "handed_dies", "timer"]
+steps = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 10**6)), max_size=80)
+
+
+class Harness:
+    """Carries the core's actions out the way a node would, minus the processes."""
+
+    def __init__(self) -> None:
+        self.sched = LocalScheduler("n1", TOTAL)
+        self.core = NodeLeases(self.sched)
+        self.spawns = 0  # SpawnWorker actions not yet started
+        self.next_worker = 0
+        self.granted: dict[bytes, bytes] = {}  # lease -> worker, as owners were told
+        self.handed: set[bytes] = set()
+        self.killed: set[bytes] = set()
+        self.timers: list[tuple[str, bytes]] = []
+        self.refused: set[bytes] = set()
+
+    def feed(self, event: ev.Event) -> None:
+        for action in self.core.handle(event):
+            match action:
+                case ev.Grant():
+                    assert action.worker not in self.granted.values(), "worker granted twice"
+                    self.granted[action.lease_id] = action.worker
+                case ev.SpawnWorker():
+                    self.spawns += 1
+                case ev.KillWorker():
+                    self.killed.add(action.worker)
+                case ev.SetTimer():
+                    self.timers.append(action.key)
+                case ev.HandWorker():
+                    self.handed.add(action.worker)
+                case ev.RefuseLease():
+                    self.refused.add(action.lease_id)
+                case ev.TellWorkerExited():
+                    self.granted.pop(action.lease_id, None)
+                case _:
+                    pass
+        self.core.validate()
+
+    def live_workers(self) -> list[bytes]:
+        return sorted(self.core.workers)
+
+    def held(self) -> list[bytes]:
+        return sorted(lid for lid in self.core.leases if lid in self.granted)
+
+
+def free(sched: LocalScheduler) -> dict[str, int]:
+    return dict(sched._free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps)
+def test_leases_lend_exactly_their_cpu_and_give_everything_back(plan):
+    h = Harness()
+    n = 0
+    for op, pick in plan:
+        n += 1
+        if op == "request":
+            lease_id = n.to_bytes(4, "big")
+            shape = SHAPES[pick % len(SHAPES)]
+            owner = OWNERS[pick % len(OWNERS)]
+            h.feed(ev.LeaseRequested(lease_id, owner, n, f"f{pick % 3}",
+                                     Request(lease_id, "task", shape)))
+        elif op in ("return", "retire") and h.core.leases:
+            lease_id = sorted(h.core.leases)[pick % len(h.core.leases)]
+            h.granted.pop(lease_id, None)
+            h.feed(ev.LeaseReturned(lease_id, retire=op == "retire"))
+        elif op in ("block", "unblock") and h.held():
+            lease_id = h.held()[pick % len(h.held())]
+            lease = h.core.leases[lease_id]
+            assert lease.worker is not None
+            before, was_lent = free(h.sched), lease.lent
+            running_before = set(h.sched.running())
+            cpu = h.sched.running()[lease_id].resources.get_amount("CPU")
+            h.feed(ev.WorkerBlocked(lease.worker, op == "block"))
+            after = free(h.sched)
+            if op == "unblock" or was_lent:
+                continue  # resuming takes back at once; nothing to compare with dispatches
+            gained = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+            # What the lent CPU started is held by newly running work: count it back.
+            for wid, d in h.sched.running().items():
+                if wid not in running_before:
+                    for k, v in d.resources.items():
+                        gained[k] = gained.get(k, 0) + v
+            assert {k: v for k, v in gained.items() if v} == ({"CPU": cpu} if cpu else {}), gained
+            assert h.sched.lent(lease_id) == cpu
+        elif op == "start" and h.spawns:
+            h.spawns -= 1
+            h.next_worker += 1
+            h.feed(ev.WorkerStarted(b"w%d" % h.next_worker))
+        elif op == "exit" and h.live_workers():
+            worker = h.live_workers()[pick % len(h.live_workers())]
+            h.handed.discard(worker)
+            h.feed(ev.WorkerExited(worker, "was killed by signal 9"))
+        elif op == "owner_died":
+            owner = OWNERS[pick % len(OWNERS)]
+            for lease in h.core.leases.values():
+                if lease.owner == owner:
+                    h.granted.pop(lease.lease_id, None)
+            h.feed(ev.OwnerDied(owner))
+        elif op == "want":
+            h.feed(ev.WorkerWanted(n))
+        elif op == "give_back" and h.handed:
+            worker = sorted(h.handed)[pick % len(h.handed)]
+            h.handed.discard(worker)
+            h.feed(ev.WorkerGivenBack(worker))
+        elif op == "handed_dies" and h.handed:
+            worker = sorted(h.handed)[pick % len(h.handed)]
+            h.handed.discard(worker)
+            h.feed(ev.WorkerExited(worker, "exited with status 1"))
+        elif op == "timer" and h.timers:
+            h.feed(ev.Timer(h.timers.pop(pick % len(h.timers))))
+    # Everything goes: every lease returned, every worker exits. Nothing may stay held.
+    for lease_id in sorted(h.core.leases):
+        h.granted.pop(lease_id, None)
+        h.feed(ev.LeaseReturned(lease_id))
+    for worker in h.live_workers():
+        h.feed(ev.WorkerExited(worker, "exited with status 0"))
+    assert not h.core.leases
+    assert h.sched.available() == TOTAL, h.core.story(b"")
+
+
+def test_a_blocked_gpu_lease_lends_its_cpu_but_not_its_gpu():
+    h = Harness()
+    h.feed(ev.WorkerStarted(b"w1"))
+    h.feed(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(b"L1", "task",
+                                                                {"CPU": 1.0, "GPU": 1.0})))
+    assert h.granted == {b"L1": b"w1"}
+    before = free(h.sched)
+    h.feed(ev.WorkerBlocked(b"w1", True))
+    after = free(h.sched)
+    assert after["CPU"] - before["CPU"] == SCALE and after["GPU"] == before["GPU"] == 0
+    h.feed(ev.WorkerBlocked(b"w1", False))
+    assert free(h.sched) == before
+    h.feed(ev.LeaseReturned(b"L1"))
+    assert h.sched.available() == TOTAL
+
+
+def test_a_dead_owners_busy_worker_is_stopped_not_reused():
+    h = Harness()
+    h.feed(ev.WorkerStarted(b"w1"))
+    h.feed(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(b"L1", "task", {"CPU": 1.0})))
+    h.feed(ev.OwnerDied(OWNERS[0]))
+    assert h.killed == {b"w1"} and h.timers == [("stop", b"w1")]
+    assert h.core.role(b"w1") is WorkerRole.STOPPING and h.core.idle_count() == 0
+    h.feed(ev.Timer(("stop", b"w1")))  # still alive after the grace period: SIGKILL
+    h.feed(ev.WorkerExited(b"w1", "was killed by signal 9"))
+    assert h.sched.available()["CPU"] == 2.0 and not h.core.leases
+
+
+def test_story_names_what_happened_to_one_lease():
+    h = Harness()
+    h.feed(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(b"L1", "task", {"CPU": 1.0})))
+    h.feed(ev.WorkerStarted(b"w1"))
+    h.feed(ev.LeaseReturned(b"L1"))
+    story = h.core.story(b"L1")
+    assert [line.split("(")[0] for line in story] == ["LeaseRequested", "WorkerStarted",
+                                                      "LeaseReturned"]

@@ -1,0 +1,330 @@
+"""What the node-lease core (`zmesh.core.node_leases`) takes in and gives out: typed events
+(protocol messages, process exits, peer deaths, timers) and actions for the node's shell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+from zmesh.core.scheduling import Decision, Request
+
+SIGTERM, SIGKILL = 15, 9
+
+__all__ = [
+    "LeaseRequested",
+    "LeaseReturned",
+    "WorkerStarted",
+    "WorkerExited",
+    "WorkerBlocked",
+    "WorkerWanted",
+    "WorkerGivenBack",
+    "OwnerDied",
+    "PeerDied",
+    "RemoteLeaseState",
+    "ForwardSent",
+    "ForwardFailed",
+    "LeaseEvicted",
+    "Scheduled",
+    "Timer",
+    "NodeStopping",
+    "Grant",
+    "RefuseLease",
+    "LeaseDone",
+    "TellWorkerExited",
+    "Revoke",
+    "Warn",
+    "SpawnWorker",
+    "KillWorker",
+    "RetireWorker",
+    "HandWorker",
+    "HandedWorkerDied",
+    "SetTimer",
+    "ForwardLease",
+    "ReturnToRemote",
+    "FollowPassedOn",
+    "PassedOn",
+    "Decided",
+    "Event",
+    "Action",
+    "SIGTERM",
+    "SIGKILL",
+]
+
+
+# -- events ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LeaseRequested:
+    """An owner asked this node for a worker (`origin`: another node forwarded the request)."""
+
+    lease_id: bytes
+    owner: str
+    request_id: int
+    name: str
+    request: Request
+    payload: Any = None
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class LeaseReturned:
+    """The owner gave a lease back (`owner_died`: its worker must stop; `retire`: max_calls)."""
+
+    lease_id: bytes
+    owner_died: bool = False
+    retire: bool = False
+
+
+@dataclass(frozen=True)
+class WorkerStarted:
+    """A worker process registered and can take work."""
+
+    worker: bytes
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    worker: bytes
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkerBlocked:
+    """A leased worker blocks in get/wait (`blocked`) or resumes."""
+
+    worker: bytes
+    blocked: bool
+
+
+@dataclass(frozen=True)
+class WorkerWanted:
+    """The actor shell wants a worker for `token` (answered by HandWorker)."""
+
+    token: int
+
+
+@dataclass(frozen=True)
+class WorkerGivenBack:
+    """A worker handed out that was not used (its actor died before it started)."""
+
+    worker: bytes
+
+
+@dataclass(frozen=True)
+class OwnerDied:
+    """A driver or worker that may hold leases here is gone."""
+
+    owner: str
+
+
+@dataclass(frozen=True)
+class PeerDied:
+    """Another node died or left: leases forwarded to it or from it are settled."""
+
+    address: str
+    node_id: str
+    why: str
+
+
+@dataclass(frozen=True)
+class RemoteLeaseState:
+    """The node a lease was forwarded to says it granted it (`granted`) or is done with it."""
+
+    lease_id: bytes
+    sender: str
+    granted: bool
+
+
+@dataclass(frozen=True)
+class ForwardSent:
+    """The shell sent a ForwardLease to `address`."""
+
+    lease_id: bytes
+    address: str
+
+
+@dataclass(frozen=True)
+class ForwardFailed:
+    """The node chosen for a forward is gone from the view: place it again here."""
+
+    lease_id: bytes
+    hops: int
+
+
+@dataclass(frozen=True)
+class LeaseEvicted:
+    """Its placement group was removed: the scheduler already freed it; its worker dies."""
+
+    lease_id: bytes
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """Decisions of the scheduler made elsewhere (actors, groups, gossip) to route."""
+
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A timer set by SetTimer fired."""
+
+    key: tuple[str, bytes]
+
+
+@dataclass(frozen=True)
+class NodeStopping:
+    """The node shuts down: workers that exit are not replaced."""
+
+
+Event = Union[LeaseRequested, LeaseReturned, WorkerStarted, WorkerExited, WorkerBlocked,
+              WorkerWanted, WorkerGivenBack, OwnerDied, PeerDied, RemoteLeaseState,
+              ForwardSent, ForwardFailed, LeaseEvicted, Scheduled, Timer, NodeStopping]
+
+
+# -- actions ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Grant:
+    """Tell the owner its lease runs on `worker` (and the origin, if forwarded)."""
+
+    lease_id: bytes
+    owner: str
+    request_id: int
+    worker: bytes
+    gpu_ids: tuple[int, ...]
+    origin: str
+
+
+@dataclass(frozen=True)
+class RefuseLease:
+    """Tell the owner its request failed with `error` (and the origin that it is done)."""
+
+    lease_id: bytes
+    owner: str
+    request_id: int
+    error: BaseException
+    origin: str
+
+
+@dataclass(frozen=True)
+class LeaseDone:
+    """Tell a forwarded lease's origin that it is done here."""
+
+    lease_id: bytes
+    origin: str
+
+
+@dataclass(frozen=True)
+class TellWorkerExited:
+    """Tell the owner its lease's worker (or the node holding it) died."""
+
+    lease_id: bytes
+    owner: str
+    worker: bytes | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Revoke:
+    """Ask an owner to give back an idle lease: someone else's work waits."""
+
+    lease_id: bytes
+    owner: str
+
+
+@dataclass(frozen=True)
+class Warn:
+    """Tell the owner its lease cannot be scheduled anywhere yet."""
+
+    owner: str
+    subject: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SpawnWorker:
+    """Start one more worker process."""
+
+
+@dataclass(frozen=True)
+class KillWorker:
+    worker: bytes
+    sig: int
+
+
+@dataclass(frozen=True)
+class RetireWorker:
+    """Tell a worker that ran its max_calls to exit."""
+
+    worker: bytes
+
+
+@dataclass(frozen=True)
+class HandWorker:
+    """Give `worker` to the actor shell's `token`."""
+
+    token: int
+    worker: bytes
+
+
+@dataclass(frozen=True)
+class HandedWorkerDied:
+    """A worker given to the actor shell died."""
+
+    worker: bytes
+    reason: str
+
+
+@dataclass(frozen=True)
+class SetTimer:
+    delay: float
+    key: tuple[str, bytes]
+
+
+@dataclass(frozen=True)
+class ForwardLease:
+    """Send the lease request to node `node_id` (the shell answers ForwardSent/Failed)."""
+
+    lease_id: bytes
+    node_id: str
+    hops: int
+    origin: str
+    payload: Any
+
+
+@dataclass(frozen=True)
+class ReturnToRemote:
+    """Pass a return on to the node holding a lease we forwarded."""
+
+    lease_id: bytes
+    remote: str
+    owner_died: bool
+    retire: bool
+
+
+@dataclass(frozen=True)
+class FollowPassedOn:
+    """A return for a lease we do not hold: send it after it, if we passed it on."""
+
+    lease_id: bytes
+    owner_died: bool
+    retire: bool
+
+
+@dataclass(frozen=True)
+class PassedOn:
+    """We forwarded a lease that was forwarded to us: remember where it went."""
+
+    lease_id: bytes
+    address: str
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A scheduler decision that is not about a lease (actors, groups): route it on."""
+
+    decision: Decision
+
+
+Action = Union[Grant, RefuseLease, LeaseDone, TellWorkerExited, Revoke, Warn, SpawnWorker,
+               KillWorker, RetireWorker, HandWorker, HandedWorkerDied, SetTimer, ForwardLease,
+               ReturnToRemote, FollowPassedOn, PassedOn, Decided]

@@ -1,0 +1,464 @@
+"""A node's worker leases, pure: events in, actions out.
+
+Why a core of its own rather than more of the scheduler: the scheduler decides *resources*
+(what fits, where, what waits) for tasks and actors alike; this machine decides what a node
+does with *worker processes and lease ids*: which worker a granted lease gets, which waits
+for one to start, what a blocked get lends, what an owner's, a worker's or a peer node's
+death does to the leases they touched. It drives the scheduler (a pure object too) and
+passes the decisions that are not about leases (actors, placement groups) out unchanged.
+
+The node's shell (runtime/node/leases.py) feeds it the protocol's messages, process exits,
+peer deaths and timers, and carries out its actions through narrow ports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from zmesh.core.node_lease_events import (
+    SIGKILL,
+    SIGTERM,
+    Action,
+    Decided,
+    Event,
+    FollowPassedOn,
+    ForwardFailed,
+    ForwardLease,
+    ForwardSent,
+    Grant,
+    HandedWorkerDied,
+    HandWorker,
+    KillWorker,
+    LeaseDone,
+    LeaseEvicted,
+    LeaseRequested,
+    LeaseReturned,
+    NodeStopping,
+    OwnerDied,
+    PassedOn,
+    PeerDied,
+    RefuseLease,
+    RemoteLeaseState,
+    RetireWorker,
+    ReturnToRemote,
+    Revoke,
+    Scheduled,
+    SetTimer,
+    SpawnWorker,
+    TellWorkerExited,
+    Timer,
+    Warn,
+    WorkerBlocked,
+    WorkerExited,
+    WorkerGivenBack,
+    WorkerStarted,
+    WorkerWanted,
+)
+from zmesh.core.scheduler import LocalScheduler
+from zmesh.core.scheduling import (
+    Decision,
+    Dispatch,
+    Failed,
+    Forward,
+    Infeasible,
+    Pending,
+    Request,
+)
+from zmesh.errors import TaskUnschedulableError
+
+STORY_LEN = 2048
+"""Events (with the actions they caused) kept for `story()`."""
+
+STOP_GRACE_S = 2.0
+"""A dead owner's busy worker gets SIGTERM, then SIGKILL after this."""
+
+
+class WorkerRole(enum.Enum):
+    IDLE = "idle"
+    LEASED = "leased"
+    HANDED = "handed"  # given to an actor (the actor shell owns it now)
+    STOPPING = "stopping"  # its lease's owner died: SIGTERM sent, SIGKILL follows
+    RETIRED = "retired"  # ran its max_calls, told to exit
+    DEAD = "dead"
+
+
+@dataclass(eq=False)
+class Lease:
+    """One lease on this node: requested, waiting, granted, or forwarded elsewhere."""
+
+    lease_id: bytes
+    owner: str
+    request_id: int
+    name: str
+    request: Request
+    payload: Any = None  # the owner's RequestLease, passed on as it is when forwarding
+    origin: str = ""  # the node that forwarded it here (it keeps a record)
+    remote: str = ""  # the node we forwarded it to (we are its origin)
+    remote_granted: bool = False
+    worker: bytes | None = None
+    lent: bool = False  # its worker is blocked in get/wait and lent its CPU out
+    evicted: bool = False  # its placement group was removed: the scheduler freed it already
+
+
+@dataclass(eq=False)
+class _Worker:
+    worker: bytes
+    role: WorkerRole = WorkerRole.IDLE
+    lease: bytes | None = None
+
+
+@dataclass
+class _Queues:
+    idle: list[bytes] = field(default_factory=list)  # LIFO: the warmest worker first
+    leases: deque[tuple[bytes, Dispatch]] = field(default_factory=deque)  # granted, no worker
+    wants: deque[int] = field(default_factory=deque)  # actor tokens waiting for a worker
+
+
+class NodeLeases:
+    """A node's leases and workers: `handle(event) -> list[Action]`."""
+
+    def __init__(self, scheduler: LocalScheduler, *, story_len: int = STORY_LEN) -> None:
+        self.scheduler = scheduler
+        self.leases: dict[bytes, Lease] = {}
+        self.workers: dict[bytes, _Worker] = {}
+        self.queues = _Queues()
+        self.stopping = False
+        self._log: deque[tuple[Event, list[Action]]] = deque(maxlen=story_len)
+
+    # -- queries ---------------------------------------------------------------------------
+    def idle_count(self) -> int:
+        return len(self.queues.idle)
+
+    def role(self, worker: bytes) -> WorkerRole | None:
+        rec = self.workers.get(worker)
+        return rec.role if rec is not None else None
+
+    # -- the one entry point -----------------------------------------------------------------
+    def handle(self, event: Event) -> list[Action]:
+        actions = self._handle(event)
+        self._log.append((event, actions))
+        return actions
+
+    def _handle(self, event: Event) -> list[Action]:  # noqa: C901 - one dispatch, one place
+        lease: Lease | None
+        match event:
+            case LeaseRequested():
+                lease = self.leases.get(event.lease_id)
+                if lease is not None:
+                    if not lease.remote:
+                        return []  # a duplicate of a request held here: it already runs/waits
+                    # One we forwarded came back to us (its holder passed it on): place it here.
+                    lease.remote, lease.remote_granted = "", False
+                    return self._submit(lease, event.request.hops)
+                lease = Lease(event.lease_id, event.owner, event.request_id, event.name,
+                              event.request, event.payload, origin=event.origin)
+                self.leases[lease.lease_id] = lease
+                return self._submit(lease, event.request.hops)
+            case LeaseReturned():
+                return self._returned(event)
+            case WorkerStarted():
+                if event.worker in self.workers:
+                    return []  # registered twice: it already serves
+                self.workers[event.worker] = _Worker(event.worker)
+                return self._give_idle(event.worker)
+            case WorkerExited():
+                return self._worker_exited(event.worker, event.reason)
+            case WorkerBlocked():
+                return self._blocked(event.worker, event.blocked)
+            case WorkerWanted():
+                if self.queues.idle:
+                    worker = self.queues.idle.pop()
+                    self.workers[worker].role = WorkerRole.HANDED
+                    return [HandWorker(event.token, worker)]
+                self.queues.wants.append(event.token)
+                return [SpawnWorker()]
+            case WorkerGivenBack():
+                rec = self.workers.get(event.worker)
+                if rec is None or rec.role is not WorkerRole.HANDED:
+                    return []
+                return self._give_idle(event.worker)
+            case OwnerDied():
+                return self._owner_died(event.owner)
+            case PeerDied():
+                return self._peer_died(event)
+            case RemoteLeaseState():
+                lease = self.leases.get(event.lease_id)
+                if lease is None or not lease.remote:
+                    return []
+                if event.granted:
+                    lease.remote, lease.remote_granted = event.sender, True
+                else:
+                    del self.leases[event.lease_id]
+                return []
+            case ForwardSent():
+                lease = self.leases.get(event.lease_id)
+                if lease is None:
+                    return []
+                if lease.origin:  # passing it on: the origin keeps the record, not us
+                    del self.leases[event.lease_id]
+                    return [PassedOn(event.lease_id, event.address)]
+                lease.remote = event.address
+                return []
+            case ForwardFailed():
+                lease = self.leases.get(event.lease_id)
+                return self._submit(lease, event.hops) if lease is not None else []
+            case LeaseEvicted():
+                lease = self.leases.get(event.lease_id)
+                if lease is None:
+                    return []
+                if lease.worker is None:  # granted, waiting for a worker: it never runs
+                    return self._evict_waiting(lease)
+                lease.evicted = True
+                lease.lent = False
+                return [KillWorker(lease.worker, SIGKILL)]
+            case Scheduled():
+                return self._route(event.decisions)
+            case Timer():
+                rec = self.workers.get(event.key[1])
+                if rec is not None and rec.role is WorkerRole.STOPPING:
+                    return [KillWorker(rec.worker, SIGKILL)]
+                return []
+            case NodeStopping():
+                self.stopping = True
+                return []
+        raise TypeError(f"unknown node-lease event {event!r}")
+
+    # -- leases ----------------------------------------------------------------------------
+    def _submit(self, lease: Lease, hops: int) -> list[Action]:
+        lease.request = dataclasses.replace(lease.request, hops=hops)
+        try:
+            decisions = self.scheduler.submit(lease.request)
+        except Exception as exc:  # bad resources, unknown node: fail the request clearly
+            del self.leases[lease.lease_id]
+            return [RefuseLease(lease.lease_id, lease.owner, lease.request_id, exc, lease.origin)]
+        return self._route(decisions)
+
+    def _route(self, decisions: Iterable[Decision]) -> list[Action]:
+        out: list[Action] = []
+        for d in decisions:
+            lease = self.leases.get(d.work_id) if hasattr(d, "work_id") else None
+            if lease is None:
+                out.append(Decided(d))
+            elif isinstance(d, Dispatch):
+                out += self._dispatch(lease, d)
+            elif isinstance(d, Pending | Infeasible):
+                out += self._revoke_others(lease)
+                if isinstance(d, Infeasible):
+                    out.append(Warn(lease.owner, lease.name, (
+                        f"{lease.name} cannot be scheduled on any node: {d.reason}. It stays "
+                        "pending until a node that fits joins.")))
+            elif isinstance(d, Failed):
+                del self.leases[lease.lease_id]
+                out.append(RefuseLease(lease.lease_id, lease.owner, lease.request_id, d.error,
+                                       lease.origin))
+            elif isinstance(d, Forward):
+                out.append(ForwardLease(lease.lease_id, d.node_id, d.request.hops,
+                                        lease.origin, lease.payload))
+            else:
+                out.append(Decided(d))
+        return out
+
+    def _evict_waiting(self, lease: Lease) -> list[Action]:
+        self.queues.leases = deque(w for w in self.queues.leases if w[0] != lease.lease_id)
+        del self.leases[lease.lease_id]
+        self.scheduler.cancel(lease.lease_id)  # forgets the eviction; frees nothing more
+        error = TaskUnschedulableError(f"{lease.name} cannot run: its placement group was removed")
+        return [RefuseLease(lease.lease_id, lease.owner, lease.request_id, error, lease.origin)]
+
+    def _dispatch(self, lease: Lease, d: Dispatch) -> list[Action]:
+        if self.queues.idle:
+            return self._grant(lease, d, self.queues.idle.pop())
+        self.queues.leases.append((lease.lease_id, d))
+        return [SpawnWorker()]
+
+    def _grant(self, lease: Lease, d: Dispatch, worker: bytes) -> list[Action]:
+        rec = self.workers[worker]
+        rec.role, rec.lease = WorkerRole.LEASED, lease.lease_id
+        lease.worker = worker
+        return [Grant(lease.lease_id, lease.owner, lease.request_id, worker, d.gpu_ids,
+                      lease.origin)]
+
+    def _revoke_others(self, waiting: Lease) -> list[Action]:
+        return [Revoke(le.lease_id, le.owner) for le in self.leases.values()
+                if le.worker is not None and (le.owner != waiting.owner
+                                              or le.name != waiting.name)]
+
+    def _returned(self, event: LeaseReturned) -> list[Action]:
+        lease = self.leases.get(event.lease_id)
+        if lease is None:
+            return [FollowPassedOn(event.lease_id, event.owner_died, event.retire)]
+        if lease.remote:
+            del self.leases[lease.lease_id]
+            return [ReturnToRemote(lease.lease_id, lease.remote, event.owner_died, event.retire)]
+        out = self._stop_worker(lease) if event.owner_died else []
+        return out + self._release(lease, retire=event.retire)
+
+    def _release(self, lease: Lease, retire: bool = False) -> list[Action]:
+        """Free a lease held here: its resources, then its worker (idle again, or retired)."""
+        self.leases.pop(lease.lease_id, None)
+        out: list[Action] = [LeaseDone(lease.lease_id, lease.origin)] if lease.origin else []
+        waiting = self.queues.leases
+        if lease.worker is None and any(lid == lease.lease_id for lid, _ in waiting):
+            self.queues.leases = deque(w for w in waiting if w[0] != lease.lease_id)
+        # cancel frees running work and drops waiting work; with the CPU lent out while
+        # blocked, nothing more is held.
+        decisions = self.scheduler.cancel(lease.lease_id)
+        rec = self.workers.get(lease.worker) if lease.worker is not None else None
+        if rec is not None and rec.role is WorkerRole.LEASED:
+            rec.lease = None
+            if retire:
+                rec.role = WorkerRole.RETIRED
+                out.append(RetireWorker(rec.worker))
+            else:
+                out += self._give_idle(rec.worker)
+        return out + self._route(decisions)
+
+    def _stop_worker(self, lease: Lease) -> list[Action]:
+        """The owner died: its worker may hold that owner's queued tasks, so it stops rather
+        than going idle (SIGTERM, then SIGKILL after a grace period)."""
+        rec = self.workers.get(lease.worker) if lease.worker is not None else None
+        if rec is None or rec.role is not WorkerRole.LEASED:
+            return []
+        rec.role, rec.lease = WorkerRole.STOPPING, None
+        return [KillWorker(rec.worker, SIGTERM), SetTimer(STOP_GRACE_S, ("stop", rec.worker))]
+
+    def _owner_died(self, owner: str) -> list[Action]:
+        out: list[Action] = []
+        for lease in [le for le in self.leases.values() if le.owner == owner]:
+            if lease.remote:
+                del self.leases[lease.lease_id]
+                out.append(ReturnToRemote(lease.lease_id, lease.remote, True, False))
+            else:
+                out += self._stop_worker(lease)
+                out += self._release(lease)
+        return out
+
+    def _peer_died(self, event: PeerDied) -> list[Action]:
+        out: list[Action] = []
+        for lease in list(self.leases.values()):
+            if lease.remote == event.address:
+                if lease.remote_granted:
+                    del self.leases[lease.lease_id]
+                    out.append(TellWorkerExited(lease.lease_id, lease.owner, None,
+                                                f"its node {event.node_id} {event.why}"))
+                else:
+                    lease.remote = ""
+                    out += self._submit(lease, 0)
+            elif lease.origin == event.address:
+                lease.origin = ""  # its owner went with that node
+                out += self._release(lease)
+        return out
+
+    # -- workers ---------------------------------------------------------------------------
+    def _give_idle(self, worker: bytes) -> list[Action]:
+        lease: Lease | None
+        rec = self.workers[worker]
+        rec.lease = None
+        if self.queues.leases:
+            lease_id, d = self.queues.leases.popleft()
+            lease = self.leases.get(lease_id)
+            if lease is not None:
+                return self._grant(lease, d, worker)
+        if self.queues.wants:
+            rec.role = WorkerRole.HANDED
+            return [HandWorker(self.queues.wants.popleft(), worker)]
+        rec.role = WorkerRole.IDLE
+        self.queues.idle.append(worker)
+        return []
+
+    def _blocked(self, worker: bytes, blocked: bool) -> list[Action]:
+        rec = self.workers.get(worker)
+        if rec is None or rec.role is not WorkerRole.LEASED or rec.lease is None:
+            return []
+        lease = self.leases.get(rec.lease)
+        if lease is None or lease.evicted:
+            return []
+        if blocked and not lease.lent:
+            lease.lent = True
+            return self._route(self.scheduler.lend(lease.lease_id))
+        if not blocked and lease.lent:
+            lease.lent = False
+            self.scheduler.reclaim(lease.lease_id)
+        return []
+
+    def _worker_exited(self, worker: bytes, reason: str) -> list[Action]:
+        rec = self.workers.pop(worker, None)
+        if rec is None:
+            return []
+        prev, rec.role = rec.role, WorkerRole.DEAD
+        out: list[Action] = []
+        if worker in self.queues.idle:
+            self.queues.idle.remove(worker)
+        if prev is WorkerRole.LEASED and rec.lease is not None:
+            lease = self.leases.get(rec.lease)
+            if lease is not None:
+                out.append(TellWorkerExited(lease.lease_id, lease.owner, worker, reason))
+                lease.worker = None
+                out += self._release(lease)
+        elif prev is WorkerRole.HANDED:
+            out.append(HandedWorkerDied(worker, reason))
+        if not self.stopping and not self.queues.idle:
+            out.append(SpawnWorker())
+        return out
+
+    # -- checks ----------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Invariants: a worker serves at most one lease and a lease has at most one worker;
+        idle workers hold nothing; every granted local lease runs in the scheduler, and one
+        whose worker is blocked has lent exactly its CPU (never GPUs or custom resources);
+        the scheduler's own books balance (nothing leaked or double-granted)."""
+        running = self.scheduler.running()
+        seen: set[bytes] = set()
+        for lease in self.leases.values():
+            if lease.worker is None:
+                assert not lease.lent, f"lease {lease.lease_id.hex()} lent with no worker"
+                continue
+            rec = self.workers.get(lease.worker)
+            assert rec is not None and rec.role is WorkerRole.LEASED, (
+                f"lease {lease.lease_id.hex()} holds worker {lease.worker.hex()} in role "
+                f"{rec.role if rec else None}")
+            assert rec.lease == lease.lease_id, (
+                f"worker {lease.worker.hex()} serves {rec.lease!r}, not {lease.lease_id.hex()}")
+            assert lease.worker not in seen, f"worker {lease.worker.hex()} granted twice"
+            seen.add(lease.worker)
+            if lease.evicted:
+                continue
+            assert lease.lease_id in running, f"granted lease {lease.lease_id.hex()} not running"
+            cpu = running[lease.lease_id].resources.get_amount("CPU")
+            lent = self.scheduler.lent(lease.lease_id)
+            assert lent == (cpu if lease.lent else 0), (
+                f"lease {lease.lease_id.hex()} lent {lent} of its {cpu} CPU (blocked: "
+                f"{lease.lent})")
+        for rec in self.workers.values():
+            if rec.role is WorkerRole.LEASED:
+                assert rec.lease in self.leases and self.leases[rec.lease].worker == rec.worker, (
+                    f"worker {rec.worker.hex()} leased to {rec.lease!r}, which does not hold it")
+        idle = self.queues.idle
+        assert len(idle) == len(set(idle)), "a worker is idle twice"
+        for worker in idle:
+            assert self.workers[worker].role is WorkerRole.IDLE, f"idle {worker.hex()} busy"
+        for lease_id, _ in self.queues.leases:
+            queued = self.leases.get(lease_id)
+            assert queued is None or queued.worker is None, f"{lease_id.hex()} waits and holds"
+        self.scheduler.validate()
+
+    def story(self, key: bytes | str) -> list[str]:
+        """The logged events and actions that mention `key` (a lease id, worker id or owner),
+        oldest first: print it when a test fails."""
+        return [f"{event!r} -> {actions!r}" for event, actions in self._log
+                if _mentions(event, key) or any(_mentions(a, key) for a in actions)]
+
+
+def _mentions(item: Any, key: bytes | str) -> bool:
+    if not dataclasses.is_dataclass(item):
+        return False
+    for f in dataclasses.fields(item):
+        value = getattr(item, f.name)
+        if value == key or (isinstance(value, tuple) and key in value):
+            return True
+    return False
