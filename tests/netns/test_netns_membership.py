@@ -101,7 +101,7 @@ def querier() -> Iterator[NodeQuerier]:
 
 def start_node(ns: str, host: str, join: str | None = None) -> NsNode:
     session_dir = tempfile.mkdtemp(prefix="session-", dir=session_root())
-    cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "zmesh.runtime.node.server",
+    cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "zmesh.runtime.node.main",
            "--session-dir", session_dir, "--num-cpus", "1", "--host", host,
            "--object-store-memory", str(64 << 20), "--parent-pid", str(os.getpid())]
     if join:

@@ -80,7 +80,7 @@ def credentials_for(args: argparse.Namespace, address: str | None) -> ClusterCre
 
 
 def run_node(args: argparse.Namespace) -> int:
-    from zmesh.runtime.node import server as node
+    from zmesh.runtime.node import launch as node
 
     if args.insecure:
         print("zmesh node: WARNING: --insecure: no authentication and no encryption. Anyone "

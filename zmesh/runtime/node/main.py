@@ -17,9 +17,9 @@ def main() -> None:
         from zmesh.runtime.node.worker_pool import fork_server_early
 
         fork_server_early(f"ipc://{os.path.join(session_dir, 'node.sock')}", session_dir)
-    from zmesh.runtime.node import server as node
+    from zmesh.runtime.node import launch
 
-    node.run_main(argv)
+    launch.run_main(argv)
 
 
 if __name__ == "__main__":

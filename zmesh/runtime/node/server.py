@@ -1,31 +1,25 @@
 """The node process: clients, worker leases, the object store, actors and placement groups.
 
 One event loop thread owns the socket; the sans-IO scheduler decides where work runs; the
-worker pool forks workers. Run with `python -m zmesh.runtime.node.server` (or `zmesh node`).
+worker pool forks workers. Run with `python -m zmesh.runtime.node.main` (or `zmesh node`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import random
 import shutil
-import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import msgspec
 
 from zmesh.core import node_lease_events as nl
 from zmesh.core.node_leases import Lease
 from zmesh.core.resources import NodeResources
 from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Decision, Dispatch, Failed, Forward, Infeasible
-from zmesh.errors import TransportError, ZmeshError
+from zmesh.errors import TransportError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.common import Ping, Pong
 from zmesh.protocol.messages.ops import TaskEvents, UserMetrics
@@ -33,20 +27,19 @@ from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.actors import ActorManager
+from zmesh.runtime.node.answers import NodeAnswers
 from zmesh.runtime.node.control import ControlAgent
-from zmesh.runtime.node.credentials import HelloDesk, check_seeds, resolve, save_token
+from zmesh.runtime.node.credentials import HelloDesk
 from zmesh.runtime.node.forward import Forwarder
 from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node.leases import LeasePorts, LeaseShell
 from zmesh.runtime.node.mesh import MeshAgent
-from zmesh.runtime.node.mesh_query import MESH_QUERIES, MeshQueries
+from zmesh.runtime.node.mesh_query import MeshQueries
 from zmesh.runtime.node.objects import NodeObjects
-from zmesh.runtime.node.ops import QUERIES as OPS_QUERIES
 from zmesh.runtime.node.ops import NodeOps
-from zmesh.runtime.node.test_hooks import TEST_QUERIES, TestHooks, refuse
-from zmesh.runtime.node.user_kv import USER_KV_QUERIES, answer_kv_query
+from zmesh.runtime.node.test_hooks import TestHooks
 from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
-from zmesh.runtime.node.zygote import describe_status, set_parent_death_signal
+from zmesh.runtime.node.zygote import describe_status
 from zmesh.runtime.owner.node_watch import node_timeout_s
 from zmesh.security.keys import installed as installed_credentials
 from zmesh.store.object_store import ObjectStore
@@ -119,7 +112,7 @@ class Node:
         self.store_dir = create_node_store_dir(root, self.node_id)
         self.store = ObjectStore(self.store_dir, object_store_memory)
         total = {"CPU": float(num_cpus), **({"GPU": float(num_gpus)} if num_gpus else {}),
-                 "memory": float(_total_memory()), "object_store_memory": float(object_store_memory),
+                 "memory": float(total_memory()), "object_store_memory": float(object_store_memory),
                  f"node:{self.node_id}": 1.0, **resources}
         self.labels = dict(labels or {})
         self.scheduler = LocalScheduler(self.node_id, total, self.labels)
@@ -155,6 +148,7 @@ class Node:
             on_join_failed=self._join_failed)
         self.objects = NodeObjects(self)
         self.ops = NodeOps(session_dir, self.node_id, self._worker_pid)
+        self.answers = NodeAnswers(self)
         self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())
         if self.mesh is not None:
             self.mesh.on_event = self.ops.count_membership
@@ -174,7 +168,7 @@ class Node:
         on(m.LogLines, self._on_log)
         on(TaskEvents, self.ops.on_task_events)
         on(UserMetrics, self.ops.on_user_metrics)
-        on(m.Query, self._on_query)
+        on(m.Query, self.answers.on_query)
         on(m.Shutdown, lambda s, msg, b: self.stop(msg.reason))
         self.actors.register(self.loop)
         self.lease_shell.register(self.loop)
@@ -369,37 +363,9 @@ class Node:
             object_id=msg.object_id)))
 
     # -- logs and queries ------------------------------------------------------------------
-    def _metrics(self) -> dict[str, Any]:
-        """Counters and gauges for /metrics (`zmesh dashboard` turns them into Prometheus)."""
-        st, ts = self.store.stats(), self.objects.transfer.stats()
-        pending = self.scheduler.pending()
-        out = self.ops.metrics({w.pid for w in self.workers.values()})
-        peers = getattr(self.loop.endpoint, "peers", None)  # zmq endpoints: who was refused
-        out.update({
-            "node_id": self.node_id,
-            "queued": sum(1 for p in pending if not p.infeasible),
-            "infeasible": sum(1 for p in pending if p.infeasible),
-            "leases": len(self.leases),
-            "workers": len(self.workers), "idle_workers": self.lease_shell.idle_count(),
-            "actors": sum(1 for e in self.actors.actors.values() if e.state == "alive"),
-            "store": {k: getattr(st, k) for k in st.__dataclass_fields__},
-            "transfer": {k: getattr(ts, k) for k in ts.__dataclass_fields__},
-            "messages_received": self.loop.received,
-            "refused_connections": peers.counts() if peers is not None else {},
-            "resources": self.scheduler.total(), "available": self.scheduler.available(),
-        })
-        return out
-
     def _worker_pid(self, address: str) -> int:
         info = self.workers.get(address)
         return info.pid if info is not None else 0
-
-    def _actor_pid(self, name: str) -> int:
-        """The pid of the worker running the actor named `name` here (0: none here)."""
-        for entry in self.actors.actors.values():
-            if entry.spec.name == name and entry.worker is not None and entry.worker.pid:
-                return entry.worker.pid
-        return 0
 
     def _on_log(self, sender: str, msg: m.LogLines, bufs: list[Any]) -> None:
         self.ops.keep_log(sender, msg.prefix, msg.lines, msg.stderr)
@@ -407,85 +373,9 @@ class Node:
             if client.kind == "driver" and client.log_to_driver:
                 self.loop.send(client.address, msg)
 
-    def _on_query(self, sender: str, msg: m.Query, bufs: list[Any]) -> None:
-        if msg.what in USER_KV_QUERIES:  # answered when the control store has answered
-            answer_kv_query(self, sender, msg)
-            return
-        if msg.what in MESH_QUERIES:  # answered once the peers have answered
-            try:
-                local = self._answer(MESH_QUERIES[msg.what], msg.arg)
-            except Exception as exc:
-                self.loop.send(sender, m.QueryReply(request_id=msg.request_id, data=b"",
-                                                    error=str(exc)))
-                return
-            self.mesh_queries.start(sender, msg, local)
-            return
-        try:
-            data = self._answer(msg.what, msg.arg)
-            reply = m.QueryReply(request_id=msg.request_id, data=msgspec.msgpack.encode(data))
-        except Exception as exc:
-            reply = m.QueryReply(request_id=msg.request_id, data=b"", error=str(exc))
-        self.loop.send(sender, reply)
-
-    def _answer(self, what: str, arg: bytes) -> Any:
-        if what == "cluster_resources":
-            return self._sum_resources("Resources")
-        if what == "available_resources":
-            return self._sum_resources("Available")
-        if what == "function":
-            blob = self.functions.get(arg)
-            if blob is None:
-                raise KeyError(f"function {arg.hex()} was never exported to this node")
-            return blob
-        if what == "nodes":
-            return self.mesh.describe() if self.mesh is not None else []
-        if what == "node":
-            return {"node_id": self.node_id, "address": self.mesh_address, "ipc": self.address,
-                    "pid": os.getpid(), "session_dir": self.session_dir,
-                    "store_dir": self.store_dir, "labels": self.labels}
-        if what == "pending":
-            return [{"name": p.name, "kind": p.kind, "reason": p.reason,
-                     "infeasible": p.infeasible} for p in self.scheduler.pending()]
-        if what in TEST_QUERIES:
-            if self.hooks is None:
-                return refuse(what)
-            return self.hooks.answer(what, arg)
-        if what == "leases":
-            return [{"lease_id": le.lease_id.hex(), "name": le.name, "owner": le.owner,
-                     "state": "granted" if le.worker is not None else
-                     ("forwarded" if le.remote else "pending")} for le in self.leases.values()]
-        if what == "store":
-            st = self.store.stats()
-            return {k: getattr(st, k) for k in st.__dataclass_fields__}
-        if what in OPS_QUERIES:
-            return self.ops.answer(what, arg, self._actor_pid)
-        if what == "metrics":
-            return self._metrics()
-        if what == "memory":
-            return {"node_id": self.node_id, "objects": self.store.objects(),
-                    "clients": [{"address": c.address, "kind": c.kind, "pid": c.pid}
-                                for c in self.clients.values()]}
-        if what == "transfer":
-            ts = self.objects.transfer.stats()
-            return {k: getattr(ts, k) for k in ts.__dataclass_fields__}
-        return self.actors.answer(what, arg)
-
-
     def _actor_name(self, actor_id: bytes) -> str:
         entry = self.actors.actors.get(actor_id)
         return entry.spec.name or entry.spec.class_name if entry is not None else ""
-
-    def _sum_resources(self, field: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for row in self.mesh.describe() if self.mesh is not None else []:
-            if row["Alive"]:
-                for k, v in row[field].items():
-                    if not k.startswith("node:"):
-                        out[k] = out.get(k, 0.0) + v
-        for k in list(self.scheduler.total()):
-            if k.startswith("node:"):
-                out[k] = 1.0 if field == "Resources" else self.scheduler.available().get(k, 0.0)
-        return out
 
 
 def is_loopback(host: str) -> bool:
@@ -501,111 +391,8 @@ def _worker_bind_env(host: str) -> dict[str, str]:
     return {"ZMESH_WORKER_BIND": f"tcp://{host}:0"}
 
 
-def _total_memory() -> int:
+def total_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 8 << 30
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="zmesh-node", allow_abbrev=False)
-    p.add_argument("--session-dir", required=True)
-    p.add_argument("--num-cpus", type=float, default=float(os.cpu_count() or 1))
-    p.add_argument("--num-gpus", type=float, default=0.0)
-    p.add_argument("--resources", default="{}")
-    p.add_argument("--object-store-memory", type=int, default=0)
-    p.add_argument("--parent-pid", type=int, default=0)
-    p.add_argument("--job-id", default="")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--join", action="append", default=[])
-    p.add_argument("--labels", default="{}")
-    p.add_argument("--token", default="", help="the mesh's join token")
-    p.add_argument("--token-file", default="", help="a file (mode 0600) holding the token")
-    p.add_argument("--insecure", action="store_true", help="no authentication, no encryption")
-    p.add_argument("--testing", action="store_true",
-                   help="take faults at run time (zmesh.testing clusters only)")
-    p.add_argument("--announce", action="store_true",
-                   help="print how to join this node and connect a driver (zmesh node)")
-    a = p.parse_args(argv)
-    resources = _json_arg("--resources", a.resources, float)
-    labels = _json_arg("--labels", a.labels, str)
-    if a.parent_pid:
-        set_parent_death_signal(signal.SIGTERM)
-    store_mem = a.object_store_memory or int(_total_memory() * 0.3)
-    try:
-        creds = resolve(token=a.token, token_file=a.token_file, insecure=a.insecure,
-                        join=a.join)
-        check_seeds(a.join, creds)
-    except ZmeshError as exc:
-        raise SystemExit(f"zmesh node: {exc}") from None
-    if a.insecure:
-        logger.warning("zmesh node runs with --insecure: no authentication and no encryption; "
-                       "anyone who reaches its port can run code as this user")
-    try:
-        node = Node(a.session_dir, num_cpus=a.num_cpus, num_gpus=a.num_gpus,
-                    resources=resources, object_store_memory=store_mem,
-                    parent_pid=a.parent_pid, job_id=a.job_id, host=a.host, port=a.port,
-                    labels=labels, insecure=a.insecure, testing=a.testing)
-    except TransportError as exc:
-        if "Address already in use" in str(exc):
-            raise SystemExit(f"zmesh node: port {a.port} on {a.host} is already in use (another "
-                             "zmesh node? `zmesh status`); choose another with --port, or "
-                             "leave it out for a free one") from None
-        raise SystemExit(f"zmesh node: {exc}") from None
-    save_token(a.session_dir, creds)
-    # The loop thread is this thread: hand the stop to the loop rather than act mid-handler.
-    signal.signal(signal.SIGTERM, lambda *x: node.loop.call_soon(node.stop, "SIGTERM"))
-    signal.signal(signal.SIGINT, lambda *x: node.loop.call_soon(node.stop, "SIGINT"))
-    info_path = os.path.join(a.session_dir, "node.json")
-    with open(os.open(info_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        json.dump({"pid": os.getpid(), "node_id": node.node_id, "address": node.mesh_address,
-                   "ipc": node.address, "standalone": a.announce}, f)
-    if not a.announce:  # the launcher or test cluster that started us reads this line
-        print(f"ZMESH-NODE-READY {node.address} {node.node_id} {node.mesh_address}", flush=True)
-    else:
-        hostport = node.mesh_address[len("tcp://"):]
-        token = f" --token {creds.token}" if creds is not None else " --insecure"
-        init_token = f", token=\"{creds.token}\"" if creds is not None else ""
-        print(f"zmesh node {node.node_id} is up at {hostport}\n"
-              f"  join it:          zmesh node --join {hostport}{token}\n"
-              f"  connect a driver: zmesh.init(address=\"{hostport}\"{init_token})\n"
-              "  (the join token is a secret: whoever holds it can run code on this mesh)\n"
-              "  stop it:          Ctrl-C (or zmesh stop)", flush=True)
-    if a.parent_pid:  # the driver stops reading our stdout now
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-    try:
-        node.run(join=a.join)
-    finally:
-        try:
-            os.unlink(info_path)
-        except OSError:
-            pass
-    if node.exit_error:
-        raise SystemExit(f"zmesh node: {node.exit_error}")
-
-
-def _json_arg(flag: str, text: str, kind: type) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise SystemExit(f"zmesh node: {flag} must be a JSON object: {exc}") from None
-    if not isinstance(value, dict) or not all(
-            isinstance(k, str) and isinstance(v, kind if kind is str else (int, float))
-            and not isinstance(v, bool) for k, v in value.items()):
-        raise SystemExit(f"zmesh node: {flag} must be a JSON object of name -> "
-                         f"{'text' if kind is str else 'number'}, got {text!r}")
-    return value
-
-
-def run_main(argv: list[str] | None = None) -> None:
-    """`python -m zmesh.runtime.node.main ...`: logging set up, then main."""
-    logging.basicConfig(level=os.environ.get("ZMESH_LOG_LEVEL", "WARNING"), stream=sys.stderr)
-    main(argv)
-
-
-if __name__ == "__main__":
-    run_main()
