@@ -201,21 +201,24 @@ def measure_route(
     route: str, workdir: str, repeat: int, seconds: float, total: int
 ) -> dict[str, tuple[float, float]]:
     return {impl: best[:2] for impl, best in
-            measure_route_bulk(route, workdir, repeat, seconds, total, 0).items()}
+            measure_route_bulk(route, workdir, repeat, seconds, total, 0)[0].items()}
 
 
 def measure_route_bulk(
     route: str, workdir: str, repeat: int, seconds: float, total: int, bulk_bytes: int
-) -> dict[str, tuple[float, float, float]]:
-    """Best (round trips/s, messages/s) per implementation over `repeat` alternating rounds.
+) -> tuple[dict[str, tuple[float, float, float]], dict[str, list[tuple[float, float, float]]]]:
+    """Best (round trips/s, messages/s, bulk B/s) per implementation over `repeat`
+    alternating rounds, and every round's figures.
 
     Both servers stay up and the clients take turns in short rounds, so that load from
-    elsewhere on the machine falls on both alike; the best round is the least disturbed.
+    elsewhere on the machine falls on both alike; the best round is the least disturbed,
+    and the ratio of two implementations' figures in the same round is the fairest A/B.
     """
     servers: dict[str, subprocess.Popen[str]] = {}
     clients: dict[str, RawClient | ZmeshClient] = {}
     impls = [impl for impl in IMPLS if route == "tcp" or impl != "zmesh-plain"]
     best = {impl: (0.0, 0.0, 0.0) for impl in impls}
+    rounds: dict[str, list[tuple[float, float, float]]] = {impl: [] for impl in impls}
     try:
         for impl in impls:
             if route == "ipc":
@@ -233,6 +236,7 @@ def measure_route_bulk(
                 moved = bulk(client, bulk_bytes) if bulk_bytes else 0.0
                 best[impl] = (max(best[impl][0], rt), max(best[impl][1], msgs),
                               max(best[impl][2], moved))
+                rounds[impl].append((rt, msgs, moved))
             streamed += total
     finally:
         for client in clients.values():
@@ -245,7 +249,14 @@ def measure_route_bulk(
                 child.wait()
             if child.stdout is not None:
                 child.stdout.close()
-    return best
+    return best, rounds
+
+
+def _spread(ratios: list[float]) -> str:
+    """Median [min-max] of per-round ratios."""
+    import statistics
+
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
 IMPLS: dict[str, type[RawClient] | type[ZmeshClient]] = {
@@ -265,8 +276,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="short runs (a few seconds)")
     parser.add_argument("--repeat", type=int, default=None, help="runs per cell; best is kept")
+    parser.add_argument("--io-threads", type=int, default=None,
+                        help="libzmq I/O threads per process (sets ZMESH_IO_THREADS)")
     parser.add_argument("--serve", nargs=2, metavar=("IMPL", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.io_threads is not None:
+        os.environ["ZMESH_IO_THREADS"] = str(args.io_threads)  # children inherit it
     if args.serve:
         impl, address = args.serve
         if impl == "raw":
@@ -285,14 +300,17 @@ def main() -> None:
     repeat = args.repeat or (4 if args.quick else 12)
     workdir = tempfile.mkdtemp(prefix="zmb-", dir="/tmp")
     try:
-        print(f"{PAYLOAD} B messages, window {WINDOW}, ack every {BATCH}; best of {repeat} rounds")
+        print(f"{PAYLOAD} B messages, window {WINDOW}, ack every {BATCH}; best of {repeat} rounds; "
+              f"io threads {os.environ.get('ZMESH_IO_THREADS', '1')}; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
         print(
             f"{'route':<6}{'impl':<12}{'sync rt/s':>12}{'ratio':>8}{'pipelined msg/s':>18}{'ratio':>8}"
         )
         bulk_rows = []
+        rounds: dict[str, list[tuple[float, float, float]]] = {}
         for route in ("ipc", "tcp"):
-            best = measure_route_bulk(route, workdir, repeat, seconds, total,
-                                      bulk_bytes if route == "tcp" else 0)
+            best, rounds = measure_route_bulk(route, workdir, repeat, seconds, total,
+                                              bulk_bytes if route == "tcp" else 0)
             raw_rt, raw_msgs, _ = best["raw"]
             for impl, (rt, msgs, moved) in best.items():
                 print(
@@ -310,6 +328,12 @@ def main() -> None:
                   f"ratio {msgs / pmsgs:.2f}")
             print(f"  bulk {bulk_bytes >> 20} MiB      {moved / 1e9:>10.2f} GB/s vs "
                   f"{pmoved / 1e9:>8.2f} GB/s   ratio {moved / pmoved:.2f}")
+            pairs = list(zip(rounds["zmesh"], rounds["zmesh-plain"]))
+            print(f"  per-round ratios, median [min-max] of {len(pairs)}: sync "
+                  f"{_spread([a[0] / b[0] for a, b in pairs])}, pipelined "
+                  f"{_spread([a[1] / b[1] for a, b in pairs])}, bulk "
+                  f"{_spread([a[2] / b[2] for a, b in pairs])}; load average now "
+                  f"{os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

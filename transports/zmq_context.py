@@ -19,7 +19,10 @@ from zmesh.security.identity import client_metadata, process_keys
 from zmesh.security.keys import ClusterCredentials
 from zmesh.security.zap import ZapGate
 
-__all__ = ["INPROC_MARK", "ipc_socket_in_use", "prepare_dealer", "shared_context"]
+__all__ = [
+    "INPROC_MARK", "IO_THREADS_ENV", "io_threads", "ipc_socket_in_use", "prepare_dealer",
+    "shared_context",
+]
 
 INPROC_MARK = "|"
 """Separates an inproc DEALER's sender name from its number in its routing id."""
@@ -38,6 +41,25 @@ def ipc_socket_in_use(path: str) -> bool:
     return True
 
 
+IO_THREADS_ENV = "ZMESH_IO_THREADS"
+
+
+def io_threads() -> int:
+    """libzmq I/O threads of the process's Context: $ZMESH_IO_THREADS, default 1. CURVE
+    encrypts and decrypts on them, one connection per thread at a time, so a process with
+    several busy tcp peers may go faster with more (given the cores)."""
+    raw = os.environ.get(IO_THREADS_ENV, "").strip()
+    if not raw:
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TransportError(f"${IO_THREADS_ENV} must be a whole number, got {raw!r}") from None
+    if not 1 <= value <= 64:
+        raise TransportError(f"${IO_THREADS_ENV} must be between 1 and 64, got {value}")
+    return value
+
+
 class _SharedContext:
     """One zmq Context per process, alive while at least one endpoint holds it."""
 
@@ -52,7 +74,7 @@ class _SharedContext:
         with self._lock:
             if self._context is None or self._pid != os.getpid():
                 # After fork the parent's context is unusable; start afresh in the child.
-                self._context = zmq.Context()
+                self._context = zmq.Context(io_threads=io_threads())
                 self._gate = None  # the parent's ZAP thread does not exist in a child
                 self._users = 0
                 self._pid = os.getpid()

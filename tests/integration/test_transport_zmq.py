@@ -177,3 +177,17 @@ def test_credentials_and_insecure_are_exclusive() -> None:
 def test_binding_a_non_zmq_scheme_directly_is_refused() -> None:
     with pytest.raises(TransportError, match="use tcp://, ipc:// or inproc://"):
         ZmqEndpoint("mem://x")
+
+
+def test_io_threads_come_from_the_environment_and_bad_values_are_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from zmesh.transports.zmq_context import IO_THREADS_ENV, io_threads
+
+    monkeypatch.delenv(IO_THREADS_ENV, raising=False)
+    assert io_threads() == 1
+    monkeypatch.setenv(IO_THREADS_ENV, "3")
+    assert io_threads() == 3
+    for bad in ("two", "0", "65"):
+        monkeypatch.setenv(IO_THREADS_ENV, bad)
+        with pytest.raises(TransportError, match=IO_THREADS_ENV):
+            io_threads()
