@@ -34,6 +34,7 @@ ALIASES: dict[str, str] = {
     "ray.experimental.state.api": "zmesh.util.state",
     "ray._private": "zmesh.ray_compat.private_module",
     "ray._private.state": "zmesh.ray_compat.private_state",
+    "ray.cluster_utils": "zmesh.testing.cluster",
 }
 
 

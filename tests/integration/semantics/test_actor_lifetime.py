@@ -42,6 +42,28 @@ def test_exit_actor_ends_the_actor_and_fails_later_calls(ray):
     assert wait_until(lambda: _pid_gone(pid), timeout=30)
 
 
+def test_calls_queued_behind_exit_actor_never_run(ray):
+    # observed Ray 2.60 (tools/ray_parity.py, exit_actor_ends_the_actor): calls sent before
+    # the exit took effect fail with RayActorError; none of them runs
+    @ray.remote
+    class Quitter:
+        def pid(self):
+            return os.getpid()
+
+        def quit(self):
+            zmesh.actor.exit_actor()
+
+    a = Quitter.remote()
+    ray.get(a.pid.remote(), timeout=30)
+    bye = a.quit.remote()
+    later = [a.pid.remote() for _ in range(5)]
+    with pytest.raises(RayActorError):
+        ray.get(bye, timeout=30)
+    for ref in later:
+        with pytest.raises(RayActorError):
+            ray.get(ref, timeout=30)
+
+
 def test_exit_actor_outside_an_actor_raises(ray):
     # ray source (exit_actor): "exit_actor API is called on a non-actor worker" TypeError
     with pytest.raises(TypeError):

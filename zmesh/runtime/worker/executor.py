@@ -60,6 +60,9 @@ class Executor:
         self.groups: ConcurrencyGroups | None = None
         self.running: bytes = b""
         self.cancelled: set[bytes] = set()
+        # set once the actor exits (exit_actor, __ray_terminate__): calls queued behind the
+        # exit never run; their callers fail when the node publishes the actor dead
+        self.exited = False
         self.async_calls: dict[bytes, asyncio.Task[Any]] = {}  # running calls of an async actor
         self._cancel_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
@@ -296,6 +299,8 @@ class Executor:
         return method(*args, **kwargs), refs
 
     def _call(self, call: m.ActorCall) -> None:
+        if self.exited:
+            return
         name = self._method_name(call)
         events.recorder.begin(call.task_id, name, "actor_call")
         refs: list[Any] = []
@@ -360,6 +365,8 @@ class Executor:
 
     async def _async_call_body(self, call: m.ActorCall) -> None:
         assert self.aio_sem is not None
+        if self.exited:
+            return
         name = self._method_name(call)
         events.recorder.begin(call.task_id, name, "actor_call")
         refs: list[Any] = []
@@ -400,6 +407,7 @@ class Executor:
         actor is dead for good (it ends this worker, and callers fail with `why`)."""
         import atexit
 
+        self.exited = True
         try:
             atexit._run_exitfuncs()
         finally:
