@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import sys
 import threading
 from typing import Any, Generic, TypeVar
@@ -75,6 +76,9 @@ class RemoteFunction(Generic[R]):
     """A function that runs as a task: `f.remote(*args)` returns ObjectRef(s)."""
 
     def __init__(self, fn: Any, options: dict[str, Any]) -> None:
+        if inspect.iscoroutinefunction(fn):  # as Ray 2.60 (remote_function.py)
+            raise ValueError(f"'async def' should not be used for remote tasks ({fn.__name__}); "
+                             f"wrap the coroutine with asyncio.run(f()), or use an async actor")
         self._function = fn
         self._options = check_options(dict(options), TASK_OPTIONS, f"task {fn.__name__}")
         self._exported = _Exported(fn)

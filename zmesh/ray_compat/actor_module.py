@@ -1,7 +1,8 @@
-"""`ray.actor` in Ray-compat mode: the actor class and handle types, and `method`."""
+"""`ray.actor` in Ray-compat mode: the actor class and handle types, `method` and
+`exit_actor`."""
 
 from __future__ import annotations
 
-from zmesh.actor import ActorClass, ActorHandle, ActorMethod, method
+from zmesh.actor import ActorClass, ActorHandle, ActorMethod, exit_actor, method
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "method"]
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "method"]
