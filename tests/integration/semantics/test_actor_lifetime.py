@@ -23,6 +23,7 @@ def _pid_gone(pid: int) -> bool:
 
 
 def test_exit_actor_ends_the_actor_and_fails_later_calls(ray):
+    # checked against Ray 2.60 (tools/ray_parity.py, exit_actor_ends_the_actor);
     # docs (Terminating actors: "Manual termination within the actor",
     # ray.actor.exit_actor()): the call that exits errors, later calls raise RayActorError
     @ray.remote
@@ -257,6 +258,7 @@ def test_constructor_ref_argument_that_failed_fails_the_actor(ray):
 
 
 def test_threaded_actor_call_with_unready_argument_does_not_hold_up_others(ray):
+    # checked against Ray 2.60 (tools/ray_parity.py, threaded_actor_ready_call_overtakes_...);
     # observed Ray behaviour (threaded actors, max_concurrency > 1): a call waiting for its
     # argument does not stop later calls that are ready from running.
     @ray.remote

@@ -50,6 +50,7 @@ def test_get_of_a_list_still_raises_the_first_failure_in_order(ray):
 
 
 def test_max_pending_calls_raises_past_the_limit(ray):
+    # checked against Ray 2.60 (tools/ray_parity.py, max_pending_calls_raises_past_the_limit);
     # docs (actor options, max_pending_calls): "the max number of pending calls allowed on
     # the actor handle ... raises PendingCallsLimitExceeded"
     @ray.remote
@@ -91,6 +92,7 @@ def test_max_pending_calls_is_validated(ray):
 
 
 def test_max_pending_calls_holds_for_a_passed_handle_and_one_got_by_name(ray):
+    # checked against Ray 2.60 (tools/ray_parity.py, max_pending_calls_through_a_passed_handle);
     # ray source (the ActorHandle proto carries max_pending_calls, so a serialized handle and
     # a named handle from the GCS keep it); the count is per actor in each process (Ray's
     # ActorTaskSubmitter queue), so every handle in the driver shares it
