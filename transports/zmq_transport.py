@@ -64,9 +64,6 @@ _RCVTIMEO = zmq.RCVTIMEO
 _send: Callable[..., Any] = zmq.backend.Socket.send
 _recv: Callable[..., Any] = zmq.backend.Socket.recv
 _setsockopt: Callable[..., Any] = zmq.backend.Socket.set
-_getsockopt: Callable[..., Any] = zmq.backend.Socket.get
-_EVENTS = zmq.EVENTS
-_POLLIN = zmq.POLLIN
 
 
 _wake_ids = itertools.count()
@@ -287,15 +284,10 @@ class ZmqEndpoint(Endpoint):
         router = self._router
         timeout_ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
         try:
-            poll = timeout_ms == 0
-            if not poll and timeout_ms != self._rcvtimeo:
+            if timeout_ms != self._rcvtimeo:
                 _setsockopt(router, _RCVTIMEO, timeout_ms)
                 self._rcvtimeo = timeout_ms
             while True:
-                # a loop draining its inbox asks with timeout 0 after every message: an
-                # empty queue answers without a zmq.Again (raising costs more than asking)
-                if poll and not _getsockopt(router, _EVENTS) & _POLLIN:
-                    return None
                 sender = _recv(router)
                 # A ROUTER always delivers the routing id plus at least one frame. Frames
                 # under the zero-copy threshold come back as bytes, larger ones as views

@@ -182,7 +182,7 @@ class ActorCallerCore:
         call: _Call | None
         match event:
             case Submit(aid, tid, ready):
-                a = self.actors.setdefault(aid, _Actor(0))
+                a = self._actor(aid)
                 call = _Call(tid, a.next_seq, a.max_task_retries, ready)
                 a.next_seq += 1
                 if a.state is State.DEAD:
@@ -198,7 +198,8 @@ class ActorCallerCore:
                     del a.calls[tid]
                     out.append(Done(aid, tid))
             case Track(aid, retries):
-                self.actors.setdefault(aid, _Actor(retries))
+                if aid not in self.actors:
+                    self.actors[aid] = _Actor(retries)
             case Ready(aid, tid):
                 a = self.actors.get(aid)
                 call = None if a is None else a.calls.get(tid)
@@ -206,7 +207,7 @@ class ActorCallerCore:
                     call.ready = True
                     self._offer(aid, a, call, out)
             case ActorAlive(aid, incarnation, address):
-                a = self.actors.setdefault(aid, _Actor(0))
+                a = self._actor(aid)
                 if a.state is not State.DEAD:
                     if a.incarnation >= 0 and incarnation != a.incarnation:
                         self._renumber(a)
@@ -228,7 +229,7 @@ class ActorCallerCore:
                             out.append(Fail(aid, tid, True, reason))
                     a.inflight.clear()
             case ActorDead(aid, reason):
-                a = self.actors.setdefault(aid, _Actor(0))
+                a = self._actor(aid)
                 if a.state is not State.DEAD:
                     a.state = State.DEAD
                     for tid in _by_seq(a.calls, a.calls):
@@ -251,6 +252,12 @@ class ActorCallerCore:
                 raise TypeError(f"not an actor caller event: {event!r}")
         self.log.append((event, out))  # the shell only reads `out`
         return out
+
+    def _actor(self, aid: bytes) -> _Actor:
+        a = self.actors.get(aid)  # (not setdefault: that would build an _Actor every call)
+        if a is None:
+            a = self.actors[aid] = _Actor(0)
+        return a
 
     def _offer(self, aid: bytes, a: _Actor, call: _Call, out: list[Action]) -> None:
         if a.state is State.ALIVE:
