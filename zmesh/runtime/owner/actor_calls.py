@@ -148,6 +148,9 @@ class ActorCaller:
     def track(self, actor_id: bytes, class_name: str, max_task_retries: int = 0,
               subscribe: bool = True) -> ActorRecord:
         """The record for an actor, subscribing to its state the first time it is seen."""
+        rec = self.records.get(actor_id)  # every call asks: no lock once it exists
+        if rec is not None:
+            return rec
         with self._lock:
             rec = self.records.get(actor_id)
             if rec is not None:
