@@ -9,7 +9,8 @@ once it has been idle for a timer's length, when the node revokes it, or when it
 run its `max_calls`. Tasks in flight on a worker that dies go back to the front of the
 queue in the order they were sent: a chain's later tasks wait for its earlier ones.
 No I/O and no clock: the shell (`runtime/owner/submit.py`) feeds events and carries out
-actions; task payloads (code, arguments, results) stay in the shell.
+actions (both defined in `task_owner_events.py`); task payloads (code, arguments,
+results) stay in the shell.
 """
 
 from __future__ import annotations
@@ -18,6 +19,31 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
+
+from zmesh.core.task_owner_events import (
+    Action,
+    ArgsReady,
+    ArmIdle,
+    Cancel,
+    CancelOnWorker,
+    Complete,
+    Event,
+    Fail,
+    IdleTimeout,
+    LeaseFailed,
+    LeaseGranted,
+    LeaseRevoked,
+    Reason,
+    Rebuild,
+    RequestLease,
+    Rerun,
+    ResolveArgs,
+    Result,
+    ReturnLease,
+    Send,
+    Submit,
+    WorkerExited,
+)
 
 __all__ = [
     "Action", "ArgsReady", "ArmIdle", "Cancel", "CancelOnWorker", "Complete", "Event", "Fail",
@@ -28,188 +54,6 @@ __all__ = [
 
 PIPELINE_DEPTH = 4
 MAX_LEASE_REQUESTS = 16
-
-
-class Reason(Enum):
-    """Why a task failed without a result of its own."""
-
-    CANCELLED = "cancelled"  # cancelled while it ran, and its worker then died
-    CANCELLED_BEFORE_RUN = "cancelled before it ran"
-    WORKER_DIED = "worker died"  # no retries left
-    LEASE_FAILED = "lease failed"  # no worker can be leased for its shape
-
-
-# -- events ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Submit:
-    """A task was submitted. `waiting`: some arguments have no value yet; `producers` are
-    the tasks that make those (the task may follow them onto their lease at once)."""
-
-    task_id: bytes
-    key: Hashable
-    max_retries: int  # -1: retry forever
-    holds_resources: bool = True
-    max_calls: int = 0  # a worker of this shape retires after this many tasks (0: no limit)
-    waiting: bool = False
-    producers: tuple[bytes, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ArgsReady:
-    """Every argument of a waiting task has its value."""
-
-    task_id: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseGranted:
-    request_id: int
-    lease_id: bytes
-    worker: str
-    sender: str  # the node that granted it (an unwanted lease goes back there)
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseFailed:
-    """No lease can be granted for request `request_id`; `error` is a packed exception."""
-
-    request_id: int
-    error: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRevoked:
-    """The node wants the lease back (as soon as its tasks are done)."""
-
-    lease_id: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerExited:
-    """The leased worker died: its tasks in flight are retried or fail."""
-
-    lease_id: bytes
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """The task's worker answered. `retryable`: the answer is an exception that the task's
-    `retry_exceptions` covers (the shell decides; it holds the value)."""
-
-    task_id: bytes
-    retryable: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class IdleTimeout:
-    """Timer event: the idle timer `stamp` of a lease ran out."""
-
-    lease_id: bytes
-    stamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    task_id: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Rebuild:
-    """Run a finished task again, its stored return being lost (lineage); `attempt` is the
-    attempt that made the lost value."""
-
-    task_id: bytes
-    key: Hashable
-    max_retries: int
-    attempt: int
-    holds_resources: bool = True
-    max_calls: int = 0
-
-
-Event = (Submit | ArgsReady | LeaseGranted | LeaseFailed | LeaseRevoked | WorkerExited | Result
-         | IdleTimeout | Cancel | Rebuild)
-
-
-# -- actions --------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send attempt `attempt` of the task to the lease's worker."""
-
-    task_id: bytes
-    lease_id: bytes
-    worker: str
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class ResolveArgs:
-    """Wait for the task's argument values, then feed `ArgsReady`."""
-
-    task_id: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class RequestLease:
-    """Ask the node for a worker for tasks of shape `key`."""
-
-    request_id: int
-    key: Hashable
-
-
-@dataclass(frozen=True, slots=True)
-class ReturnLease:
-    """Give the lease back to `to` ("": our own node); `retire`: its worker is spent."""
-
-    lease_id: bytes
-    retire: bool = False
-    to: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ArmIdle:
-    """Start a timer that feeds `IdleTimeout(lease_id, stamp)`."""
-
-    lease_id: bytes
-    stamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class Complete:
-    """The task's result is final: store its returns."""
-
-    task_id: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """The task ends without a result: its returns become this error."""
-
-    task_id: bytes
-    reason: Reason
-    detail: str = ""  # the worker's death reason
-    attempts: int = 0  # retries made before it failed
-    error: bytes = b""  # a packed exception (LEASE_FAILED)
-
-
-@dataclass(frozen=True, slots=True)
-class CancelOnWorker:
-    """Ask the worker running the task to cancel it."""
-
-    task_id: bytes
-    worker: str
-
-
-@dataclass(frozen=True, slots=True)
-class Rerun:
-    """A rebuild was accepted: the task's returns wait for new values (attempt `attempt`)."""
-
-    task_id: bytes
-    attempt: int
-
-
-Action = (Send | ResolveArgs | RequestLease | ReturnLease | ArmIdle | Complete | Fail
-          | CancelOnWorker | Rerun)
 
 
 class _State(Enum):
@@ -246,7 +90,8 @@ class _Lease:
     worker: str
     inflight: dict[bytes, None] = field(default_factory=dict)  # in the order sent
     calls: int = 0
-    stamp: int = 0
+    stamp: int = 0  # bumped by every task sent: an idle timer armed before is stale
+    armed: bool = False  # an idle timer is pending
     revoked: bool = False
 
 
@@ -264,47 +109,49 @@ class TaskOwner:
     def handle(self, event: Event) -> list[Action]:
         """Apply one event; return what the shell must do."""
         out: list[Action] = []
-        match event:
-            case Submit():
-                self._submit(event, out)
-            case ArgsReady(tid):
-                t = self.tasks.get(tid)
-                if t is not None and t.state is _State.WAITING:
-                    self._enqueue(tid, t, out)
-            case LeaseGranted():
-                self._granted(event, out)
-            case LeaseFailed(rid, error):
-                key = self.requests.pop(rid, None)
-                if key is not None:
-                    q = self.queues[key]
-                    q.requesting -= 1
-                    while q.ready:
-                        tid = q.ready.popleft()
-                        del self.tasks[tid]
-                        out.append(Fail(tid, Reason.LEASE_FAILED, error=error))
-            case LeaseRevoked(lid):
-                lease = self.leases.get(lid)
-                if lease is not None:
-                    lease.revoked = True
-                    if not lease.inflight:
-                        self._return(lid, lease, out)
-            case WorkerExited(lid, reason):
-                self._worker_exited(lid, reason, out)
-            case Result(tid, retryable):
-                self._result(tid, retryable, out)
-            case IdleTimeout(lid, stamp):
-                lease = self.leases.get(lid)
-                if lease is not None and lease.stamp == stamp and not lease.inflight \
-                        and not self.queues[lease.key].ready:
-                    self._return(lid, lease, out)
-            case Cancel(tid):
-                self._cancel(tid, out)
-            case Rebuild():
-                self._rebuild(event, out)
-            case _:
-                raise TypeError(f"not a task owner event: {event!r}")
+        rule = _RULES.get(type(event))
+        if rule is None:
+            raise TypeError(f"not a task owner event: {event!r}")
+        rule(self, event, out)  # type: ignore[operator]
         self.log.append((event, tuple(out)))
         return out
+
+    # -- one rule per event (dispatched by type: every task passes here a few times) -------
+    def _args_ready(self, e: ArgsReady, out: list[Action]) -> None:
+        t = self.tasks.get(e.task_id)
+        if t is not None and t.state is _State.WAITING:
+            self._enqueue(e.task_id, t, out)
+
+    def _lease_failed(self, e: LeaseFailed, out: list[Action]) -> None:
+        key = self.requests.pop(e.request_id, None)
+        if key is not None:
+            q = self.queues[key]
+            q.requesting -= 1
+            while q.ready:
+                tid = q.ready.popleft()
+                del self.tasks[tid]
+                out.append(Fail(tid, Reason.LEASE_FAILED, error=e.error))
+
+    def _revoked(self, e: LeaseRevoked, out: list[Action]) -> None:
+        lease = self.leases.get(e.lease_id)
+        if lease is not None:
+            lease.revoked = True
+            if not lease.inflight:
+                self._return(e.lease_id, lease, out)
+
+    def _idle_timeout(self, e: IdleTimeout, out: list[Action]) -> None:
+        """One timer per idle lease: a stale one (the lease worked since) starts another."""
+        lease = self.leases.get(e.lease_id)
+        if lease is None:
+            return
+        lease.armed = False
+        if lease.inflight or self.queues[lease.key].ready:
+            return  # busy: the pump arms a timer when it is idle again
+        if lease.stamp == e.stamp:
+            self._return(e.lease_id, lease, out)
+        else:
+            lease.armed = True
+            out.append(ArmIdle(e.lease_id, lease.stamp))
 
     def running(self, task_id: bytes) -> bool:
         """Whether the task is in flight on a worker."""
@@ -374,14 +221,15 @@ class TaskOwner:
                     and (not limit or lease.calls < limit):
                 tid = ready.popleft()
                 self._send(tid, self.tasks[tid], lid, lease, out)
-            if not lease.inflight:
-                lease.stamp += 1
+            if not lease.inflight and not lease.armed:
+                lease.armed = True
                 out.append(ArmIdle(lid, lease.stamp))
-        for _ in range(min(len(ready), MAX_LEASE_REQUESTS) - q.requesting):
-            self._next_request += 1
-            self.requests[self._next_request] = key
-            q.requesting += 1
-            out.append(RequestLease(self._next_request, key))
+        if ready:
+            for _ in range(min(len(ready), MAX_LEASE_REQUESTS) - q.requesting):
+                self._next_request += 1
+                self.requests[self._next_request] = key
+                q.requesting += 1
+                out.append(RequestLease(self._next_request, key))
 
     def _send(self, tid: bytes, t: _Task, lid: bytes, lease: _Lease, out: list[Action]) -> None:
         t.state, t.lease = _State.INFLIGHT, lid
@@ -409,7 +257,8 @@ class TaskOwner:
             return
         self._pump(key, q, out)
 
-    def _worker_exited(self, lid: bytes, reason: str, out: list[Action]) -> None:
+    def _worker_exited(self, e: WorkerExited, out: list[Action]) -> None:
+        lid, reason = e.lease_id, e.reason
         lease = self.leases.pop(lid, None)
         if lease is None:
             return
@@ -445,7 +294,8 @@ class TaskOwner:
             return lease
         return None
 
-    def _result(self, tid: bytes, retryable: bool, out: list[Action]) -> None:
+    def _result(self, e: Result, out: list[Action]) -> None:
+        tid, retryable = e.task_id, e.retryable
         t = self.tasks.get(tid)
         if t is None:
             return
@@ -462,7 +312,8 @@ class TaskOwner:
                 self._return(lid, lease, out)
             self._pump(lease.key, self.queues[lease.key], out)
 
-    def _cancel(self, tid: bytes, out: list[Action]) -> None:
+    def _cancel(self, e: Cancel, out: list[Action]) -> None:
+        tid = e.task_id
         t = self.tasks.get(tid)
         if t is None:
             return
@@ -538,3 +389,12 @@ class TaskOwner:
         lines = [f"{e!r} -> {list(acts)!r}" for e, acts in self.log
                  if about(e) or any(about(a) for a in acts)]
         return "\n".join(lines) or f"(no events about {key.hex()})"
+
+
+_RULES = {
+    Submit: TaskOwner._submit, ArgsReady: TaskOwner._args_ready,
+    LeaseGranted: TaskOwner._granted, LeaseFailed: TaskOwner._lease_failed,
+    LeaseRevoked: TaskOwner._revoked, WorkerExited: TaskOwner._worker_exited,
+    Result: TaskOwner._result, IdleTimeout: TaskOwner._idle_timeout,
+    Cancel: TaskOwner._cancel, Rebuild: TaskOwner._rebuild,
+}

@@ -117,13 +117,18 @@ def test_pipelining_depth_and_lease_request_cap() -> None:
     core.validate()
 
 
-def test_idle_lease_goes_back_after_its_timer_and_not_on_a_stale_one() -> None:
+def test_idle_lease_goes_back_after_its_timer_and_a_busy_spell_restarts_the_timer() -> None:
     core = TaskOwner()
     out = granted(core, core.handle(Submit(b"t", KEY, 0)), b"L")
     out = core.handle(Result(b"t"))
-    arm = next(a for a in out if isinstance(a, ArmIdle))
-    assert core.handle(IdleTimeout(b"L", arm.stamp - 1)) == []
-    assert core.handle(IdleTimeout(b"L", arm.stamp)) == [ReturnLease(b"L")]
+    first = next(a for a in out if isinstance(a, ArmIdle))
+    out = core.handle(Submit(b"u", KEY, 0))  # busy again before the timer runs out
+    assert sends(out) == [b"u"]
+    out = core.handle(Result(b"u"))
+    assert not any(isinstance(a, ArmIdle) for a in out)  # one timer per lease at a time
+    again = core.handle(IdleTimeout(b"L", first.stamp))  # stale: it worked since
+    assert again == [ArmIdle(b"L", first.stamp + 1)]
+    assert core.handle(IdleTimeout(b"L", first.stamp + 1)) == [ReturnLease(b"L")]
     core.validate()
 
 

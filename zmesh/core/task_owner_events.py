@@ -1,0 +1,197 @@
+"""The task-owner core's vocabulary (`core/task_owner.py`): the events it takes, the actions
+it returns, and why a task fails without a result of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "Action", "ArgsReady", "ArmIdle", "Cancel", "CancelOnWorker", "Complete", "Event", "Fail",
+    "IdleTimeout", "LeaseFailed", "LeaseGranted", "LeaseRevoked", "Reason", "Rebuild", "Rerun",
+    "RequestLease", "ResolveArgs", "Result", "ReturnLease", "Send", "Submit", "WorkerExited",
+]
+
+
+class Reason(Enum):
+    """Why a task failed without a result of its own."""
+
+    CANCELLED = "cancelled"  # cancelled while it ran, and its worker then died
+    CANCELLED_BEFORE_RUN = "cancelled before it ran"
+    WORKER_DIED = "worker died"  # no retries left
+    LEASE_FAILED = "lease failed"  # no worker can be leased for its shape
+
+
+# -- events ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """A task was submitted. `waiting`: some arguments have no value yet; `producers` are
+    the tasks that make those (the task may follow them onto their lease at once)."""
+
+    task_id: bytes
+    key: Hashable
+    max_retries: int  # -1: retry forever
+    holds_resources: bool = True
+    max_calls: int = 0  # a worker of this shape retires after this many tasks (0: no limit)
+    waiting: bool = False
+    producers: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ArgsReady:
+    """Every argument of a waiting task has its value."""
+
+    task_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGranted:
+    request_id: int
+    lease_id: bytes
+    worker: str
+    sender: str  # the node that granted it (an unwanted lease goes back there)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseFailed:
+    """No lease can be granted for request `request_id`; `error` is a packed exception."""
+
+    request_id: int
+    error: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRevoked:
+    """The node wants the lease back (as soon as its tasks are done)."""
+
+    lease_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExited:
+    """The leased worker died: its tasks in flight are retried or fail."""
+
+    lease_id: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The task's worker answered. `retryable`: the answer is an exception that the task's
+    `retry_exceptions` covers (the shell decides; it holds the value)."""
+
+    task_id: bytes
+    retryable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IdleTimeout:
+    """Timer event: the idle timer `stamp` of a lease ran out. A lease idle since goes back;
+    so it goes back between one and two timer lengths after its last task."""
+
+    lease_id: bytes
+    stamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    task_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuild:
+    """Run a finished task again, its stored return being lost (lineage); `attempt` is the
+    attempt that made the lost value."""
+
+    task_id: bytes
+    key: Hashable
+    max_retries: int
+    attempt: int
+    holds_resources: bool = True
+    max_calls: int = 0
+
+
+Event = (Submit | ArgsReady | LeaseGranted | LeaseFailed | LeaseRevoked | WorkerExited | Result
+         | IdleTimeout | Cancel | Rebuild)
+
+
+# -- actions --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send attempt `attempt` of the task to the lease's worker."""
+
+    task_id: bytes
+    lease_id: bytes
+    worker: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveArgs:
+    """Wait for the task's argument values, then feed `ArgsReady`."""
+
+    task_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLease:
+    """Ask the node for a worker for tasks of shape `key`."""
+
+    request_id: int
+    key: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnLease:
+    """Give the lease back to `to` ("": our own node); `retire`: its worker is spent."""
+
+    lease_id: bytes
+    retire: bool = False
+    to: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ArmIdle:
+    """Start a timer that feeds `IdleTimeout(lease_id, stamp)`."""
+
+    lease_id: bytes
+    stamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """The task's result is final: store its returns."""
+
+    task_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The task ends without a result: its returns become this error."""
+
+    task_id: bytes
+    reason: Reason
+    detail: str = ""  # the worker's death reason
+    attempts: int = 0  # retries made before it failed
+    error: bytes = b""  # a packed exception (LEASE_FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOnWorker:
+    """Ask the worker running the task to cancel it."""
+
+    task_id: bytes
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """A rebuild was accepted: the task's returns wait for new values (attempt `attempt`)."""
+
+    task_id: bytes
+    attempt: int
+
+
+Action = (Send | ResolveArgs | RequestLease | ReturnLease | ArmIdle | Complete | Fail
+          | CancelOnWorker | Rerun)
