@@ -8,8 +8,14 @@ node maps the producer's object, zero-copy; transport: a request to the producer
 gloo send/recv), and for raw one send/recv pair between two plain processes. Allreduce is
 timed inside the members.
 
-    python benchmarks/bench_tensor_transport.py            # 4 KB ... 1 GB
-    python benchmarks/bench_tensor_transport.py --quick    # 4 KB ... 64 MB, fewer reps
+    python benchmarks/bench_tensor_transport.py            # 4 KB ... 64 MB
+    python benchmarks/bench_tensor_transport.py --big      # ... and 256 MB, 1 GB (slow)
+    python benchmarks/bench_tensor_transport.py --quick    # 4 KB ... 16 MB, fewer reps
+    python benchmarks/bench_tensor_transport.py --rounds 3 # whole table 3 times: medians
+                                                           # and min-max spread per cell
+
+The machine's load average is printed with the table: on a shared machine, compare
+columns of one run, not runs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import multiprocessing as mp
+import os
 import statistics
 import time
 
@@ -25,7 +32,8 @@ import torch
 import zmesh
 import zmesh.collective as col
 
-SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
+SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
+BIG = [256 << 20, 1 << 30]
 
 
 @zmesh.remote
@@ -40,8 +48,8 @@ class Producer:
 
 @zmesh.remote
 class Consumer:
-    def pull(self, refs: list, reps: int) -> float:
-        """Median time of fetching the (nested, so unresolved) ref here, after a warm-up."""
+    def pull(self, refs: list, reps: int) -> list[float]:
+        """Times of fetching the (nested, so unresolved) ref here, after a warm-up."""
         zmesh.get(refs[0])
         times = []
         for _ in range(reps):
@@ -49,7 +57,7 @@ class Consumer:
             value = zmesh.get(refs[0])
             times.append(time.perf_counter() - start)
             del value
-        return statistics.median(times)
+        return times
 
 
 @zmesh.remote
@@ -74,7 +82,7 @@ def _raw_peer(rank: int, port: int, sizes: list[int], reps: int, out: mp.Queue) 
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=300))
     pg = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=300))
-    results: dict[str, dict[int, float]] = {"p2p": {}, "allreduce": {}}
+    results: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "allreduce": {}}
     for nbytes in sizes:
         t = torch.ones(nbytes // 4)
         times = []
@@ -87,6 +95,7 @@ def _raw_peer(rank: int, port: int, sizes: list[int], reps: int, out: mp.Queue) 
                 pg.recv([t], 0, 0).wait()
             times.append(time.perf_counter() - start)
         results["p2p"][nbytes] = statistics.median(times[1:])
+        results["p2p_best"][nbytes] = min(times[1:])
         pg.allreduce([t]).wait()
         times = []
         for _ in range(reps):
@@ -120,35 +129,77 @@ def fmt_size(n: int) -> str:
         f"{n >> 10} KB"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="sizes up to 64 MB, fewer reps")
-    args = parser.parse_args()
-    sizes = [s for s in SIZES if s <= (64 << 20)] if args.quick else SIZES
-    reps = 3 if args.quick else 5
+def cell(values: list[float], scale: float = 1e3) -> str:
+    """median [min-max] of one cell over the rounds."""
+    med = statistics.median(values) * scale
+    if len(values) == 1:
+        return f"{med:.2f}"
+    return f"{med:.2f} [{min(values) * scale:.2f}-{max(values) * scale:.2f}]"
 
-    baseline = raw(sizes, reps)
-    zmesh.init(num_cpus=4, object_store_memory=3 << 30)
-    producer, consumer = Producer.remote(), Consumer.remote()
-    members = [Member.remote(r) for r in range(2)]
-    col.create_collective_group(members, 2, [0, 1], backend="gloo", group_name="bench")
 
-    print(f"{'size':>7} | {'object store':>12} | {'transport':>10} | {'raw p2p':>9} | "
-          f"{'transport/raw':>13} | {'allreduce':>10} | {'raw allred':>10} | {'ratio':>6}")
+def one_round(sizes: list[int], reps: int, producer, consumer,
+              members) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {"store": {}, "tt": {}, "tt_best": {}, "ar": {}}
     for nbytes in sizes:
         plain = producer.make.remote(nbytes)
         kept = producer.make_kept.remote(nbytes)
         zmesh.wait([plain, kept], num_returns=2)
-        t_store = zmesh.get(consumer.pull.remote([plain], reps))
-        t_tt = zmesh.get(consumer.pull.remote([kept], reps))
+        out["store"][nbytes] = statistics.median(zmesh.get(consumer.pull.remote([plain], reps)))
+        times = zmesh.get(consumer.pull.remote([kept], reps))
+        out["tt"][nbytes], out["tt_best"][nbytes] = statistics.median(times), min(times)
         del plain, kept
         ar = zmesh.get([m.allreduce.remote(nbytes, reps) for m in members])
-        t_ar = statistics.median(ar[0] + ar[1])
-        t_raw, t_raw_ar = baseline["p2p"][nbytes], baseline["allreduce"][nbytes]
-        print(f"{fmt_size(nbytes):>7} | {t_store * 1e3:9.2f} ms | {t_tt * 1e3:7.2f} ms | "
-              f"{t_raw * 1e3:6.2f} ms | {t_tt / t_raw:12.2f}x | {t_ar * 1e3:7.2f} ms | "
-              f"{t_raw_ar * 1e3:7.2f} ms | {t_ar / t_raw_ar:5.2f}x", flush=True)
+        out["ar"][nbytes] = statistics.median(ar[0] + ar[1])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes up to 16 MB, fewer reps")
+    parser.add_argument("--big", action="store_true", help="add 256 MB and 1 GB")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the whole table")
+    parser.add_argument("--reps", type=int, default=0, help="transfers per cell (median)")
+    args = parser.parse_args()
+    sizes = [s for s in SIZES if s <= (16 << 20)] if args.quick else SIZES
+    if args.big:
+        sizes += BIG
+    reps = args.reps or (3 if args.quick else 5)
+
+    zmesh.init(num_cpus=4, object_store_memory=(3 << 30) if args.big else (1 << 30))
+    producer, consumer = Producer.remote(), Consumer.remote()
+    members = [Member.remote(r) for r in range(2)]
+    col.create_collective_group(members, 2, [0, 1], backend="gloo", group_name="bench")
+    rounds: list[tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]] = []
+    loads = []
+    for _ in range(args.rounds):  # raw and zmesh alternate, so both see the same load
+        loads.append(os.getloadavg()[0])
+        baseline = raw(sizes, reps)
+        rounds.append((baseline, one_round(sizes, reps, producer, consumer, members)))
+    loads.append(os.getloadavg()[0])
     zmesh.shutdown()
+
+    print(f"gloo on CPU, {os.cpu_count()} cores, {reps} transfers per cell (median), "
+          f"{args.rounds} round(s): median [min-max] over rounds, in ms; load average "
+          f"(1 min) {min(loads):.1f}-{max(loads):.1f}")
+    print(f"{'size':>7} | {'object store':>20} | {'transport':>22} | {'raw p2p':>22} | "
+          f"{'tt/raw':>6} | {'allreduce':>22} | {'raw allreduce':>22} | {'ar/raw':>6}")
+    for nbytes in sizes:
+        st = [z["store"][nbytes] for _, z in rounds]
+        tt = [z["tt"][nbytes] for _, z in rounds]
+        ar = [z["ar"][nbytes] for _, z in rounds]
+        rp = [b["p2p"][nbytes] for b, _ in rounds]
+        ra = [b["allreduce"][nbytes] for b, _ in rounds]
+        ratio_tt = statistics.median([t / r for t, r in zip(tt, rp)])
+        ratio_ar = statistics.median([a / r for a, r in zip(ar, ra)])
+        print(f"{fmt_size(nbytes):>7} | {cell(st):>20} | {cell(tt):>22} | {cell(rp):>22} | "
+              f"{ratio_tt:5.2f}x | {cell(ar):>22} | {cell(ra):>22} | {ratio_ar:5.2f}x",
+              flush=True)
+    print("best single transfer over every round (the least disturbed by the load), ms:")
+    for nbytes in sizes:
+        tt_best = min(z["tt_best"][nbytes] for _, z in rounds)
+        raw_best = min(b["p2p_best"][nbytes] for b, _ in rounds)
+        print(f"{fmt_size(nbytes):>7} | transport {tt_best * 1e3:9.3f} | raw p2p "
+              f"{raw_best * 1e3:9.3f} | {tt_best / raw_best:5.2f}x")
 
 
 if __name__ == "__main__":

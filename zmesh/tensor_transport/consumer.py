@@ -59,16 +59,18 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
                                    dtype=torch.uint8)
         status = torch.empty(1, dtype=torch.int64)
         with pair.lock:
-            pair.pg.send([request], 0, p.TAG_REQUEST).wait()
+            sent = pair.pg.send([request], 0, p.TAG_REQUEST)
             pair.pg.recv([status], 0, p.TAG_STATUS).wait()
+            sent.wait()  # done by now: the status answers it
             if pair.fresh:
                 pair.fresh = False
                 _forget(pair.pair_id)
             if int(status.item()) != p.STATUS_OK:
                 raise TensorTransportError(f"tensors of {producer} cannot be fetched: gone: "
                                            f"the tensors were freed (no ref was left)")
-            for i, t in enumerate(out):
-                pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i).wait()
+            works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
+            for work in works:
+                work.wait()
         return out
     except TensorTransportError:
         raise

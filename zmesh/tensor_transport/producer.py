@@ -95,10 +95,14 @@ class KeptTensors:
                 pg.recv([request], 1, TAG_REQUEST).wait()
                 tensors = self.get(bytes(request.tolist()).decode(errors="replace"))
                 status.fill_(STATUS_GONE if tensors is None else STATUS_OK)
-                pg.send([status], 1, TAG_STATUS).wait()
-                for i, t in enumerate(tensors or ()):
-                    pg.send([t], 1, TAG_FIRST_TENSOR + i).wait()
-                    self.sent_bytes += t.numel() * t.element_size()
+                # post every send at once (gloo holds each until the consumer's receive is
+                # posted) and wait once: one wake-up here per transfer
+                works = [pg.send([status], 1, TAG_STATUS)]
+                works += [pg.send([t], 1, TAG_FIRST_TENSOR + i)
+                          for i, t in enumerate(tensors or ())]
+                for work in works:
+                    work.wait()
+                self.sent_bytes += sum(t.numel() * t.element_size() for t in tensors or ())
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
                 return
 
