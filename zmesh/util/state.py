@@ -1,8 +1,8 @@
 """State of the mesh as plain dicts, under the names of Ray's state API.
 
-`get_actor(actor_id)` and `list_actors()` read the actors this process's node knows of
-(every actor on a one-node mesh); `available_resources_per_node()` and
-`placement_group_table()` read the whole mesh.
+All of them read the whole mesh: `list_actors()` / `get_actor()` ask this process's node,
+which asks every live member for the actors it knows and keeps, for each actor, the row of
+the node that runs it (as `zmesh list actors` shows them).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ def _actor_row(actor_id: str, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_actors() -> list[dict[str, Any]]:
-    """Every actor the node knows of: actor_id, class_name, state (ALIVE, DEAD, ...), name."""
-    table = context.current_client().query("actors")
+    """Every actor of the mesh: actor_id, class_name, state (ALIVE, DEAD, ...), name."""
+    table = context.current_client().query("actors_mesh")
     return [_actor_row(aid, row) for aid, row in sorted(table.items())]
 
 
 def get_actor(actor_id: str | bytes) -> dict[str, Any] | None:
-    """One actor's row (as in `list_actors`), or None when the node does not know it."""
+    """One actor's row (as in `list_actors`), or None when no node of the mesh knows it."""
     key = actor_id.hex() if isinstance(actor_id, bytes) else str(actor_id)
-    row = context.current_client().query("actors").get(key)
+    row = context.current_client().query("actors_mesh").get(key)
     return None if row is None else _actor_row(key, row)
 
 

@@ -1,6 +1,7 @@
 """Queries answered from every member of the mesh: `placement_groups` asks each live peer for
 its own table (`placement_groups_local`) and merges the rows, so `placement_group_table()`
-lists every group whichever node it was created through (Ray's GCS holds them all).
+lists every group whichever node it was created through (Ray's GCS holds them all);
+`actors_mesh` does the same with each node's `actors` table (`zmesh.util.state`).
 
 A peer that does not answer within PEER_TIMEOUT_S is left out rather than holding the caller.
 """
@@ -24,7 +25,7 @@ logger = logging.getLogger("zmesh.node")
 PEER_TIMEOUT_S = 3.0
 """How long a mesh-wide query waits for each peer's part."""
 
-MESH_QUERIES = {"placement_groups": "placement_groups_local"}
+MESH_QUERIES = {"placement_groups": "placement_groups_local", "actors_mesh": "actors"}
 """Mesh-wide query -> the query each node answers for its own part."""
 
 
@@ -82,9 +83,12 @@ class MeshQueries:
     @staticmethod
     def _merge(gather: _Gather, part: dict[str, Any], *, own: bool) -> None:
         for key, row in part.items():
-            # A live group's row wins over a REMOVED row another node kept for the same id.
+            # A live group's row wins over a REMOVED row another node kept for the same id;
+            # an actor's row from the node that runs it (`hosted`) over other nodes' rows.
             have = gather.table.get(key)
-            if have is None or own or (isinstance(have, dict) and have.get("state") == "REMOVED"):
+            if have is None or own or (isinstance(have, dict) and (
+                    have.get("state") == "REMOVED"
+                    or (isinstance(row, dict) and row.get("hosted") and not have.get("hosted")))):
                 gather.table[key] = row
 
     def _finish(self, gather: _Gather) -> None:
