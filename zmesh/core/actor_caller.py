@@ -189,8 +189,11 @@ class ActorCallerCore:
                     out.append(Fail(aid, tid, False, "the actor is dead"))
                 else:
                     a.calls[tid] = call
-                    if ready:
-                        self._offer(aid, a, call, out)
+                    if ready and a.state is State.ALIVE:  # the common case, inlined
+                        a.inflight.add(tid)
+                        out.append(Send(aid, tid, a.address, call.seq - a.seq_cut + a.seq_base))
+                    elif ready:
+                        a.queue.add(tid)
             case Completed(aid, tid):
                 a = self.actors.get(aid)
                 if a is not None and tid in a.inflight:

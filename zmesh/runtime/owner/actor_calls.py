@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
 
 
+_NO_ARGS = m.Args()  # shared by calls without arguments (Args is frozen)
+
 CANCELLED_CALL = "__zmesh_cancelled__"
 """The method name a call cancelled before it was sent goes with."""
 
@@ -205,8 +207,9 @@ class ActorCaller:
         release = [r.id for r in top_refs] + nested_ids
         if release:
             client.objects.add_submitted(release)
-        call = Call(rec, task_id, method, m.Args(data=data), num_returns, release, backpressure,
-                    group, client.current_task_id or b"")
+        args = m.Args(data=data) if data else _NO_ARGS
+        call = Call(rec, task_id, method, args, num_returns, release, backpressure, group,
+                    client.current_task_id or b"")
         self.calls[task_id] = call
         if not top_refs:
             self._carry(self._handle(Submit(rec.actor_id, task_id)), on_loop=False)
