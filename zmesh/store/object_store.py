@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
@@ -94,6 +95,9 @@ class ObjectStore:
         )
         self._spill = SpillFiles(spill_dir)
         self._entries: dict[bytes, _Entry] = {}
+        # Called as (object id, readers) when a freed object stays because readers pin it:
+        # the node asks them for the pins they keep idle (runtime/owner/pins.py).
+        self.on_pinned_free: Callable[[bytes, list[str]], None] | None = None
         self._lru: OrderedDict[bytes, None] = OrderedDict()  # sealed, in the arena, not freed
         self._client_pins: dict[str, set[bytes]] = {}
         self._writing: dict[str, set[bytes]] = {}  # owner -> unsealed objects it allocated
@@ -164,6 +168,14 @@ class ObjectStore:
         if not e.pins and e.freed:
             self._drop(e)
 
+    def pins_by_client(self) -> dict[str, list[bytes]]:
+        """Which objects each reader pins (all of them could make room if given back)."""
+        out: dict[str, list[bytes]] = {}
+        for client, object_ids in self._client_pins.items():
+            if object_ids:
+                out[client] = sorted(object_ids)
+        return out
+
     def release_client(self, client: str) -> None:
         """`client`'s process died: drop its pins and the unsealed objects it was writing."""
         for object_id in self._client_pins.pop(client, set()):
@@ -185,6 +197,8 @@ class ObjectStore:
             e.freed = True
             self._lru.pop(object_id, None)
             self._stop_writing(e)
+            if self.on_pinned_free is not None:
+                self.on_pinned_free(object_id, sorted(e.pins))
         else:
             self._drop(e)
         return True

@@ -66,3 +66,22 @@ def test_a_task_reads_a_spilled_argument(small_store):
     assert store_stats()["spilled_objects"] > 0
     assert zmesh.get(first_and_last.remote(refs[0])) == (0, 0)
     del refs
+
+
+def test_a_reader_keeps_one_pin_between_gets_and_gives_it_back_when_the_object_is_freed(
+        small_store):
+    """get_large: the second get of a stored object asks the node nothing (the reader kept
+    its pin); freeing the object asks the pin back, so nothing stays stored."""
+    client = context.current_client()
+    ref = zmesh.put(np.full(20 * MB, 7, dtype=np.uint8))
+    for _ in range(3):
+        arr = zmesh.get(ref)
+        assert int(arr[-1]) == 7
+        del arr
+    gc.collect()
+    assert ref.binary() in client.pins.idle()
+    assert store_stats()["num_pinned"] == 1
+    del ref
+    gc.collect()
+    assert wait_until(lambda: store_stats()["num_objects"] == 0), store_stats()
+    assert store_stats()["num_pinned"] == 0

@@ -406,6 +406,13 @@ class UnpinObject(Message, tag=60):
     client: str
 
 
+class ReleasePins(Message, tag=76):
+    """Node -> a reader: give back the idle pins you keep on these objects (they were
+    freed, or the store needs their room); busy ones go back when their last view dies."""
+
+    object_ids: list[bytes]
+
+
 class NodeDied(Message, tag=61):
     """Node -> its clients: a member of the mesh died or left. Objects owned by processes
     that lived there (`ipc_dir`: the directory of their ipc sockets) fail with

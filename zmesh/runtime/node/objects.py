@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from zmesh.errors import ObjectLostError
+from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.transfer import ChunkRequest
 from zmesh.runtime import values
@@ -76,15 +76,23 @@ class NodeObjects:
         self.transfer.pull(oid, address, src.size, pulled)
 
     def _pin(self, sender: str, msg: m.PinObject) -> None:
+        # Restoring a spilled object may need room that readers' idle pins hold.
+        self.node.room.when_room(lambda final: self._try_pin(sender, msg, final))
+
+    def _try_pin(self, sender: str, msg: m.PinObject, final: bool) -> bool:
+        """Pin and answer (True), or False when there is no room yet and not `final`."""
         try:
             loc = self.node.store.pin(msg.object_id, msg.client)
         except Exception as exc:
+            if isinstance(exc, ObjectStoreFullError) and not final:
+                return False
             self._refuse(sender, msg, ObjectLostError(
                 f"object {msg.object_id.hex()} is not in the store: {exc}"))
-            return
+            return True
         self.node.loop.send(sender, m.AllocReply(request_id=msg.request_id, loc=m.StoreLoc(
             node=self.node.node_id, segment=loc.segment, offset=loc.offset, size=loc.size,
             object_id=msg.object_id)))
+        return True
 
     def _refuse(self, sender: str, msg: m.PinObject, error: BaseException) -> None:
         self.node.loop.send(sender, m.AllocReply(request_id=msg.request_id,

@@ -23,7 +23,6 @@ from zmesh.errors import TransportError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.common import Ping, Pong
 from zmesh.protocol.messages.ops import TaskEvents, UserMetrics
-from zmesh.runtime import values
 from zmesh.runtime.ids import random_id
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.actors import ActorManager
@@ -37,6 +36,7 @@ from zmesh.runtime.node.mesh import MeshAgent
 from zmesh.runtime.node.mesh_query import MeshQueries
 from zmesh.runtime.node.objects import NodeObjects
 from zmesh.runtime.node.ops import NodeOps
+from zmesh.runtime.node.store_room import RoomPorts, StoreRoom
 from zmesh.runtime.node.test_hooks import TestHooks
 from zmesh.runtime.node.worker_pool import WorkerInfo, WorkerPool
 from zmesh.runtime.node.zygote import describe_status
@@ -147,6 +147,9 @@ class Node:
             pid=os.getpid(), on_view=self._on_view, on_gone=self._node_gone, rng=rng,
             on_join_failed=self._join_failed)
         self.objects = NodeObjects(self)
+        self.room = StoreRoom(self.store, self.node_id, RoomPorts(
+            send=self.loop.send, call_later=self.loop.call_later, clock=self.loop.clock,
+            note_owner=self.objects.note_owner))
         self.ops = NodeOps(session_dir, self.node_id, self._worker_pid)
         self.answers = NodeAnswers(self)
         self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())
@@ -162,9 +165,8 @@ class Node:
         on(m.RegisterClient, self._on_register)
         on(Ping, self._on_ping)
         on(m.ExportFunction, lambda s, msg, b: self.functions.__setitem__(msg.fn_id, msg.blob))
-        on(m.AllocObject, self._on_alloc)
-        on(m.UnpinObject, lambda s, msg, b: self._store_call(self.store.unpin, msg.object_id,
-                                                              msg.client))
+        on(m.AllocObject, self.room.on_alloc)
+        on(m.UnpinObject, self.room.on_unpin)
         on(m.LogLines, self._on_log)
         on(TaskEvents, self.ops.on_task_events)
         on(UserMetrics, self.ops.on_user_metrics)
@@ -350,19 +352,6 @@ class Node:
             logger.warning("store: %s%r failed: %s", getattr(fn, "__name__", fn), args[:1], exc)
             return None
 
-    def _on_alloc(self, sender: str, msg: m.AllocObject, bufs: list[Any]) -> None:
-        try:
-            loc = self.store.allocate(msg.object_id, msg.size, owner=msg.owner)
-        except Exception as exc:
-            self.loop.send(sender, m.AllocReply(request_id=msg.request_id,
-                                                error=values.encode_error(exc).data))
-            return
-        self.objects.note_owner(msg.object_id, msg.for_owner or msg.owner)
-        self.loop.send(sender, m.AllocReply(request_id=msg.request_id, loc=m.StoreLoc(
-            node=self.node_id, segment=loc.segment, offset=loc.offset, size=loc.size,
-            object_id=msg.object_id)))
-
-    # -- logs and queries ------------------------------------------------------------------
     def _worker_pid(self, address: str) -> int:
         info = self.workers.get(address)
         return info.pid if info is not None else 0

@@ -35,6 +35,7 @@ from zmesh.runtime.owner.actor_calls import ActorCaller
 from zmesh.runtime.owner.node_watch import NodeWatch
 from zmesh.runtime.owner.objects import ObjectEntry, ObjectTable
 from zmesh.runtime.owner.owner_probe import OwnerProbe
+from zmesh.runtime.owner.pins import PinCache
 from zmesh.runtime.owner.submit import TaskSubmitter
 from zmesh.runtime.owner.waiting import Waits
 from zmesh.store.mapping import StoreMapper
@@ -86,6 +87,7 @@ class CoreClient:
         self.mapper: StoreMapper | None = None
         self.node_id = ""
         self._map_lock = threading.Lock()
+        self.pins: PinCache[Any] = PinCache(self._unpin)  # pins kept while idle (owner/pins.py)
         self._local = threading.local()
         self._requests: dict[int, Future[Any]] = {}
         self._request_ids = itertools.count(1)
@@ -120,6 +122,7 @@ class CoreClient:
         loop.on(m.Shutdown, lambda s, msg, b: None)
         loop.on(m.PlacementGroupState, self._on_pg_state)
         loop.on(m.NodeDied, self._on_node_died)
+        loop.on(m.ReleasePins, lambda s, msg, b: self.pins.give_back(msg.object_ids))
         loop.on(m.Query, self._on_query)
         self.tasks.register(loop)
         self.actors.register(loop)
@@ -162,6 +165,7 @@ class CoreClient:
         """Stop the loop and close the socket; refs dropped afterwards are ignored."""
         if self.closed:
             return
+        self.pins.give_back_idle()
         self.closed = True
         self.loop.stop()
         if self.loop.thread is not None and self.loop.thread is not threading.current_thread():
@@ -240,6 +244,14 @@ class CoreClient:
     def read(self, loc: m.StoreLoc) -> memoryview:
         """Pin a stored object for this process and map it read-only; unpinned when unused."""
         oid = loc.object_id
+        kept = self.pins.take(oid)  # a pin this process kept: no round trip
+        if kept is not None and self.mapper is not None:
+            try:
+                with self._map_lock:
+                    return self.mapper.readable(kept, lambda: self.pins.released(oid))
+            except Exception:
+                self.pins.released(oid)
+                raise
         # With the location, the node pulls a copy first when it lies on another node.
         reply = self.request(lambda rid: m.PinObject(request_id=rid, object_id=oid,
                                                      client=self.address, source=loc))
@@ -247,14 +259,15 @@ class CoreClient:
             err = values.decode(m.Value(data=reply.error, is_error=True), None)
             raise err if isinstance(err, BaseException) else ZmeshError(str(err))
         assert self.mapper is not None
-
-        def unpin() -> None:
-            if not self.closed:
-                self.loop.send_threadsafe(self.node_address,
-                                          m.UnpinObject(object_id=oid, client=self.address))
-
+        where = _loc(reply.loc)
+        self.pins.add(oid, where)
         with self._map_lock:
-            return self.mapper.readable(_loc(reply.loc), unpin)
+            return self.mapper.readable(where, lambda: self.pins.released(oid))
+
+    def _unpin(self, object_id: bytes) -> None:
+        if not self.closed:
+            self.loop.send_threadsafe(self.node_address,
+                                      m.UnpinObject(object_id=object_id, client=self.address))
 
     def encode(self, obj: Any, object_id: bytes, for_owner: str = ""
                ) -> tuple[m.Value, list[ObjectRef]]:
