@@ -44,6 +44,10 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
                 ("put", 200000, 5)],
      "a duplicated ForwardLease was placed twice: the task failed with an undocumented "
      "'work id was already submitted'"),
+    (134217727, [("inner", 100), ("partition", "n1", 1.0), ("inner", 84), ("inner", 17),
+                 ("advance", 0.5)],
+     "a ForwardLease sent into a partition was lost, leaving the lease 'remote' forever; "
+     "a partition now holds messages until it heals, as TCP does (drops are `link` faults)"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

@@ -64,6 +64,7 @@ class SimNetwork:
         self.cuts: set[frozenset[str]] = set()  # pairs of hosts that cannot talk
         self.slow: dict[str, float] = {}  # host -> extra seconds per message to or from it
         self._last: dict[tuple[str, str], float] = {}
+        self._held: list[tuple[SimProcess, str, str, list[Buffer], str]] = []  # cut links
         self.stats: Counter[str] = Counter()
 
     def bind(self, address: str, proc: SimProcess) -> SimEndpoint:
@@ -80,8 +81,13 @@ class SimNetwork:
                     self.cuts.add(frozenset((a, b)))
 
     def heal(self) -> None:
-        """Restore every cut link."""
+        """Restore every cut link; what was held on them is sent now, in order."""
         self.cuts.clear()
+        held, self._held = self._held, []
+        for src, src_addr, to, frames, kind in held:
+            # a process that died took its unsent messages with it
+            if src.alive and to in self.loops:
+                self.transmit(src, src_addr, to, frames, kind)
 
     # -- delivery --------------------------------------------------------------------------
     def transmit(self, src: SimProcess, src_addr: str, to: str, frames: list[Buffer],
@@ -97,7 +103,10 @@ class SimNetwork:
             return  # like a socket to a vanished process: the bytes go nowhere
         same_host = src.host == dst.host
         if not same_host and frozenset((src.host, dst.host)) in self.cuts:
+            # Held until the cut heals, as TCP does over a partition that ends (zmesh sets no
+            # ZeroMQ heartbeat that would drop the connection): a cut delays, `drop` loses.
             self.stats["cut"] += 1
+            self._held.append((src, src_addr, to, frames, kind))
             return
         lat = k.rng.uniform(*self.latency) if not same_host else self.latency[0]
         lat += self.slow.get(src.host, 0.0) + self.slow.get(dst.host, 0.0)
