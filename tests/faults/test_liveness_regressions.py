@@ -48,6 +48,11 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
                  ("advance", 0.5)],
      "a ForwardLease sent into a partition was lost, leaving the lease 'remote' forever; "
      "a partition now holds messages until it heals, as TCP does (drops are `link` faults)"),
+    (1033368178, [("partition", "n2", 5.0), ("pause", "n0", 5.0), ("tree", 3, 2),
+                  ("put", 200000, 7)],
+     "after its pause n0 took n1 for dead and dropped its record of a lease n1 had granted: "
+     "the owner's return (sent to n0) went nowhere and n1 held the CPU forever; owners now "
+     "return a lease to the node that granted it"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

@@ -93,6 +93,7 @@ class _Lease:
     stamp: int = 0  # bumped by every task sent: an idle timer armed before is stale
     armed: bool = False  # an idle timer is pending
     revoked: bool = False
+    granter: str = ""  # the node that granted it, when not our own: returned there
 
 
 class TaskOwner:
@@ -241,7 +242,7 @@ class TaskOwner:
     def _return(self, lid: bytes, lease: _Lease, out: list[Action]) -> None:
         del self.leases[lid]
         self.queues[lease.key].leases.remove(lid)
-        out.append(ReturnLease(lid, self._spent(lease)))
+        out.append(ReturnLease(lid, self._spent(lease), lease.granter))
 
     def _granted(self, e: LeaseGranted, out: list[Action]) -> None:
         key = self.requests.pop(e.request_id, None)
@@ -250,7 +251,7 @@ class TaskOwner:
             return
         q = self.queues[key]
         q.requesting -= 1
-        lease = self.leases[e.lease_id] = _Lease(key, e.worker)
+        lease = self.leases[e.lease_id] = _Lease(key, e.worker, granter=e.sender)
         q.leases.append(e.lease_id)
         if not q.ready:
             self._return(e.lease_id, lease, out)

@@ -55,6 +55,7 @@ class CoreClient:
                  loop: EventLoop | None = None) -> None:
         self.kind = kind
         self.node_address = node_address
+        self.node_identity = ""  # the address our node sends from (its mesh address)
         self.session_dir = session_dir
         self.ids = IdGen(worker_id)
         self.worker_id = self.ids.prefix
@@ -142,6 +143,7 @@ class CoreClient:
             raise ZmeshError(f"no answer from the zmesh node at {self.node_address} "
                              f"within {timeout:.0f}s") from None
         self.node_id = info.node_id
+        self.node_identity = info.node_address
         self.job_id = info.job_id
         self.mapper = StoreMapper(info.store_dir)
         if self.kind == "driver":

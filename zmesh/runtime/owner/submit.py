@@ -159,8 +159,13 @@ class TaskSubmitter:
             if msg.gpu_ids or shape.resources.get("GPU"):
                 self._gpu_env[msg.lease_id] = {
                     "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in msg.gpu_ids)}
+        # "" for our own node (its returns go over our local socket); another node's leases
+        # go back to it directly: our node's record of a lease it forwarded may be gone (it
+        # took that node for dead, and the node came back), and the lease leaked.
+        client = self.client
+        granter = "" if sender in (client.node_address, client.node_identity) else sender
         self._do(self.core.handle(LeaseGranted(msg.request_id, msg.lease_id,
-                                               msg.worker_address, sender)))
+                                               msg.worker_address, granter)))
 
     def _on_lease_failed(self, sender: str, msg: m.LeaseFailed, bufs: list[Any]) -> None:
         self._do(self.core.handle(LeaseFailed(msg.request_id, msg.error)))
