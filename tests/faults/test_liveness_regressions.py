@@ -53,6 +53,11 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "after its pause n0 took n1 for dead and dropped its record of a lease n1 had granted: "
      "the owner's return (sent to n0) went nowhere and n1 held the CPU forever; owners now "
      "return a lease to the node that granted it"),
+    (1841481400, [("chain", 13, 5), ("actor", -1, 0), ("slow", "n1", 0.05, 0.2),
+                  ("tree", 2, 2), ("task", 26), ("get", 23), ("kill_actor", 0),
+                  ("advance", 0.5), ("call", 6)],
+     "a restarting actor forwarded n0 -> n1 -> n0 got a second entry on its home with n1 as "
+     "home: the two nodes relayed its state to each other forever and the call never ran"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

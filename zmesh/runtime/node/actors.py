@@ -85,6 +85,16 @@ class ActorManager:
 
     def host_forwarded(self, spec: m.CreateActor, *, home: str, hops: int, restarts: int) -> None:
         """Another node (its home) forwarded this actor here: place it and report to home."""
+        old = self.actors.get(spec.actor_id)
+        if old is not None and not old.home and old.remote == home and old.state != "dead":
+            # It came back to us, its home (we forwarded it and that node passed it back):
+            # place it as home. A second entry with that node as home made the two nodes
+            # relay its state to each other forever, and its owner never heard it restarted.
+            old.remote = ""
+            old.hops = hops
+            old.restarts = max(old.restarts, restarts)
+            self._schedule(old)
+            return
         entry = ActorEntry(spec, subscribers={home}, restarts=restarts, home=home, hops=hops)
         self.actors[spec.actor_id] = entry
         self._schedule(entry)
