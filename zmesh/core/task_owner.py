@@ -251,7 +251,8 @@ class TaskOwner:
             return
         q = self.queues[key]
         q.requesting -= 1
-        lease = self.leases[e.lease_id] = _Lease(key, e.worker, granter=e.sender)
+        lease = self.leases[e.lease_id] = _Lease(key, e.worker,
+                                                   granter=e.sender if e.remote else "")
         q.leases.append(e.lease_id)
         if not q.ready:
             self._return(e.lease_id, lease, out)

@@ -51,6 +51,7 @@ class LeaseGranted:
     lease_id: bytes
     worker: str
     sender: str  # the node that granted it (an unwanted lease goes back there)
+    remote: bool = False  # sender is another node: the lease is returned there, not to ours
 
 
 @dataclass(frozen=True, slots=True)

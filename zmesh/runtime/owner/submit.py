@@ -163,9 +163,9 @@ class TaskSubmitter:
         # go back to it directly: our node's record of a lease it forwarded may be gone (it
         # took that node for dead, and the node came back), and the lease leaked.
         client = self.client
-        granter = "" if sender in (client.node_address, client.node_identity) else sender
+        remote = sender not in (client.node_address, client.node_identity)
         self._do(self.core.handle(LeaseGranted(msg.request_id, msg.lease_id,
-                                               msg.worker_address, granter)))
+                                               msg.worker_address, sender, remote)))
 
     def _on_lease_failed(self, sender: str, msg: m.LeaseFailed, bufs: list[Any]) -> None:
         self._do(self.core.handle(LeaseFailed(msg.request_id, msg.error)))
