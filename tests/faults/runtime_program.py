@@ -27,16 +27,19 @@ from zmesh.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 GET_BOUND_S = 30.0  # virtual seconds a get may take once its faults have ended
 SHORT_GET_BOUND_S = 5.0  # once messages were lost for good, or one get hung: wait less
 CLEAN_BOUND_S = 60.0  # virtual seconds for everything to be released once no ref is left
-# Liveness after a kill, pause or partition (a get that hangs, something never released) is
-# not yet a violation by default. With --strict-liveness, 200 schedules had 10 failing seeds;
-# the fixes kept in test_liveness_regressions.py (a borrowed ref whose owning worker died, a
-# duplicated ForwardLease, leases lost in a partition or after a pause, an actor forwarded
-# back to its home) leave 1 (seed 1841481400: a pause of the driver's node with a node kill
-# and nested tasks leaves leases 'remote' and gets unresolved). They are counted and printed
-# as "liveness failures after kills/pauses/partitions" with their seeds; --strict-liveness
-# makes them violations. Safety (values, errors, order, resources) is always strict, and
-# liveness is strict under slow nodes, delays and duplicates.
-strict_liveness = False
+# Liveness is strict: every get resolves (a value or a documented error) within the bound and
+# everything is released once no ref is left, after kills, pauses and partitions too. With it,
+# 200 schedules had 10 failing seeds; the fixes kept in test_liveness_regressions.py (a
+# borrowed ref whose owning worker died, a duplicated ForwardLease, leases lost in a partition
+# or after a pause, an actor forwarded back to its home) leave the seeds below, open bugs: their
+# liveness failures are counted and printed as "liveness failures after kills/pauses/
+# partitions", not violations. --lenient-liveness treats every such failure that way.
+# Liveness is never required once messages were dropped or reordered (see Checker).
+KNOWN_LIVENESS_BUGS = {
+    1841481400: "a pause of the driver's node with a node kill and nested tasks leaves leases "
+                "'remote' on n0 and gets unresolved",
+}
+strict_liveness = True
 NODES = ("n0", "n1", "n2")
 
 totals: Counter[str] = Counter()  # printed at the end of the run by tests/conftest.py
@@ -130,8 +133,9 @@ class Checker:
     checks still hold then.
     """
 
-    def __init__(self, mesh: SimMesh) -> None:
+    def __init__(self, mesh: SimMesh, seed: int = -1) -> None:
         self.mesh = mesh
+        self.seed = seed
         self.pending: list[Pending] = []
         self.puts: list[tuple[Any, np.ndarray]] = []
         self.actors: list[ActorRec] = []
@@ -254,8 +258,9 @@ class Checker:
             self.violate(f"invariant: {exc}")
 
     def liveness(self, text: str) -> None:
-        """A liveness failure: a violation, unless it came after a kill (see strict_liveness)."""
-        if self.killed and not strict_liveness:
+        """A liveness failure: a violation, unless it came after a kill in a schedule with a
+        known open bug (or with strict_liveness off)."""
+        if self.killed and (not strict_liveness or self.seed in KNOWN_LIVENESS_BUGS):
             self.open_bugs.append(f"t={self.mesh.now:.3f}s {text}")
             self.mesh.note(f"LIVENESS FAILURE (after a kill/pause/partition) {text}")
         else:
@@ -373,7 +378,7 @@ def leftovers(mesh: SimMesh) -> list[str]:
 def run_schedule(seed: int, steps: list[tuple[Any, ...]]) -> tuple[list[str], SimMesh]:
     """Run one schedule on a fresh 3-node mesh; the violations and the mesh (closed)."""
     with sim_mesh(nodes=len(NODES), seed=seed, stall_limit=3 * GET_BOUND_S) as mesh:
-        checker = Checker(mesh)
+        checker = Checker(mesh, seed)
         try:
             for step in steps:
                 checker.step(step)
