@@ -225,15 +225,21 @@ class Membership:
             self._queue.push(address)
         if now >= self._next_gossip and len(self._queue):
             # One round counts as one send of its batch, whatever the fan-out: with few
-            # members, lambda*log(n) single sends can miss a member entirely.
-            batch = self._take_batch()
+            # members, lambda*log(n) single sends can miss a member entirely. A round with
+            # nobody to send to (a joiner before its seed answered) uses up no sends.
             targets = self._table.random_targets(now, cfg.gossip_fanout, cfg.gossip_to_dead)
-            for target in targets:
-                out.append((target, Gossip(self._piggyback(target, batch))))
+            if targets:
+                batch = self._take_batch()
+                for target in targets:
+                    out.append((target, Gossip(self._piggyback(target, batch))))
             self._next_gossip = now + cfg.gossip_interval
         if now >= self._next_push_pull:
+            # Anti-entropy with one live member every period, whatever the number of dead
+            # ones (picking among live and dead alike let a few crashes starve it), plus one
+            # recently dead member, which reconnects the sides of a healed partition.
             self._next_push_pull = now + cfg.push_pull_period(self._n())
-            targets = self._table.random_targets(now, 1, cfg.dead_retention)
+            targets = self._table.live.sample(self._rng, 1)
+            targets += self._table.random_dead(self._rng, now, cfg.dead_retention)
             out.extend((t, PushPull(self._full_state())) for t in targets)
         if now >= self._next_join:
             self._next_join = now + cfg.join_retry_interval
@@ -294,6 +300,11 @@ class Membership:
             out.append((sender, PushPull(self._full_state(), reply=True)))
         elif isinstance(message, PushPull):
             self._merge(now, message.members)
+            if message.reply and self._seeds:
+                # Our join is answered: announce ourselves too (as memberlist does), so that
+                # our arrival does not hang on the seed's gossip alone (it may leave or crash
+                # right away, or spend its sends on members that are gone).
+                self._queue.push(self.address)
             if message.reply:
                 self._seeds = []
                 self._next_join = math.inf
@@ -388,6 +399,10 @@ class Membership:
         if batch is None:
             batch = self._take_batch()
         updates: list[MemberUpdate] = []
+        if self._left and self.address not in batch:
+            # A left member says so in every answer, not just its first few: a member that
+            # still holds it alive (news of its join that outran its leave) learns it left.
+            updates.append(self._record_self())
         theirs = self._table.record(dest)
         told_dest = theirs is not None and theirs.state in (MemberState.SUSPECT, MemberState.DEAD)
         if theirs is not None and told_dest:

@@ -189,6 +189,11 @@ class MemberTable:
             self._probe_next = 0
         return None
 
+    def random_dead(self, rng: random.Random, now: float, window: float) -> list[str]:
+        """One random member dead (not left) for under `window` s, or none."""
+        dead = [a for a, since in self.dead.items() if now - since <= window]
+        return [rng.choice(dead)] if dead else []
+
     def random_targets(self, now: float, k: int, dead_window: float) -> list[str]:
         """Up to k random members: live ones, plus those dead for under `dead_window` s
         (so a member wrongly declared dead, say across a partition, hears of it)."""
