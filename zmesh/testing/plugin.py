@@ -50,8 +50,8 @@ def record_run(suite: str, *, seed: int, plan: FaultPlan | None = None, faults: 
                ops: int = 0, violations: int = 0, hung: int = 0) -> None:
     """Count one run in the summary printed at the end of the test session."""
     _RUNS.append(RunRecord(suite, str(_CURRENT["test"]), seed, faults, ops, violations, hung))
-    if plan is not None:
-        note_plan(plan, faults)
+    if plan is not None and plan is not _CURRENT["plan"]:
+        note_plan(plan, faults)  # (a LocalCluster running `plan` already counted its faults)
 
 
 def note_plan(plan: FaultPlan, faults: int = 0) -> None:
