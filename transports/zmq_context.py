@@ -7,10 +7,12 @@ threads; after a fork the child starts afresh.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 import zmq
 
@@ -20,8 +22,8 @@ from zmesh.security.keys import ClusterCredentials
 from zmesh.security.zap import ZapGate
 
 __all__ = [
-    "INPROC_MARK", "IO_THREADS_ENV", "io_threads", "ipc_socket_in_use", "prepare_dealer",
-    "shared_context",
+    "INPROC_MARK", "IO_THREADS_ENV", "io_threads", "ipc_socket_in_use", "new_router",
+    "prepare_dealer", "shared_context",
 ]
 
 INPROC_MARK = "|"
@@ -58,6 +60,36 @@ def io_threads() -> int:
     if not 1 <= value <= 64:
         raise TransportError(f"${IO_THREADS_ENV} must be between 1 and 64, got {value}")
     return value
+
+
+def _libc_srand() -> Callable[[int], object] | None:
+    try:
+        srand = ctypes.CDLL(None).srand
+    except (OSError, AttributeError, TypeError):
+        return None  # no C runtime to reach this way (Windows): ids stay libzmq's own
+    srand.argtypes = [ctypes.c_uint]
+    srand.restype = None
+    return srand
+
+
+_srand = _libc_srand()
+_router_lock = threading.Lock()
+
+
+def new_router(context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
+    """A ROUTER whose self-made routing ids no peer can predict.
+
+    libzmq numbers the connections that bring no routing id of their own from a counter that
+    starts at C ``rand()``, 0x00 then 0x6b8b4567 in a process that never seeded it, and aborts
+    the whole process (``socket_base.cpp`` assertion) when the next number is already taken
+    by a peer that chose it as its ``ZMQ_ROUTING_ID`` (any same-user process over ipc, any
+    member over tcp). Seeding ``rand()`` from the OS just before the ROUTER is made leaves a
+    peer a 2**-32 guess per connection instead of a sure hit.
+    """
+    with _router_lock:
+        if _srand is not None:
+            _srand(int.from_bytes(os.urandom(4), "little"))
+        return context.socket(zmq.ROUTER)
 
 
 class _SharedContext:

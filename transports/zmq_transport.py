@@ -35,7 +35,7 @@ from zmesh.errors import TransportError
 from zmesh.security.keys import ClusterCredentials, process_credentials
 
 from .base import Buffer, Endpoint, frame_nbytes
-from .zmq_context import ipc_socket_in_use, prepare_dealer, shared_context
+from .zmq_context import ipc_socket_in_use, new_router, prepare_dealer, shared_context
 from .zmq_peers import PeerTable
 
 __all__ = [
@@ -154,7 +154,7 @@ class ZmqEndpoint(Endpoint):
     # -- binding --------------------------------------------------------------------------
 
     def _bind_router(self, address: str, max_frame_size: int, rcvhwm: int) -> zmq.Socket[bytes]:
-        router = self._context.socket(zmq.ROUTER)
+        router = new_router(self._context)
         self._router = router  # so _release_all closes it if binding fails
         router.linger = 0
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
