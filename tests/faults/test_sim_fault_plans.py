@@ -14,7 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import zmesh
-from zmesh.testing import FaultPlan, History, Violation, fault_plans, sim_mesh
+from zmesh.errors import ZmeshError
+from zmesh.testing import (
+    FaultPlan,
+    History,
+    KillWorker,
+    Pause,
+    Violation,
+    fault_plans,
+    sim_mesh,
+)
 from zmesh.testing.plugin import record_run
 
 STEPS = 50
@@ -119,3 +128,23 @@ def test_the_simulated_schedules_found_no_violation_outside_the_known_hangs() ->
 def _known_hang(v: Violation) -> bool:
     return v.checker == "get_bound" and all(op.caller in ("chains", "reads", "seq")
                                             for op in v.ops)
+
+
+def test_a_plan_in_steps_fires_its_faults_at_the_programs_steps_on_the_simulated_mesh() -> None:
+    plan = FaultPlan(seed=3, nodes=2, unit="step",
+                     faults=(KillWorker(at=2), Pause(at=3, node=1, duration=1)))
+    assert plan.validate("sim") == []
+    injected = []
+    with sim_mesh(nodes=plan.nodes, seed=plan.seed, faults=plan) as mesh:
+        for i in range(6):
+            assert mesh.step() == i
+            injected.append(mesh.faults_injected)
+            assert zmesh.get(square.remote(i), timeout=60) == i * i
+    # nothing before step 2; the kill at step 2; the pause at step 3 (its end is no fault)
+    assert injected == [0, 0, 1, 2, 2, 2], injected
+
+
+def test_step_is_refused_on_a_mesh_whose_plan_runs_on_the_clock() -> None:
+    with (sim_mesh(nodes=1, seed=1, faults=FaultPlan(seed=1, nodes=1)) as mesh,
+          pytest.raises(ZmeshError, match="in steps")):
+        mesh.step()

@@ -201,7 +201,8 @@ TARGETS: dict[str, TargetCaps] = {
     "sim": TargetCaps(
         "sim", frozenset(["kill_worker", "kill_actor", "kill_node", "kill_owner", "pause",
                           "partition", "link", "slow_node"]),
-        frozenset(["drop", "duplicate", "delay", "reorder"]), True, frozenset(["s"]), {}),
+        frozenset(["drop", "duplicate", "delay", "reorder"]), True, frozenset(["s", "step"]),
+        {}),
 }
 
 

@@ -2,7 +2,8 @@
 
 `sim_mesh(..., faults=plan)` calls `plan.attach(mesh)` once the mesh is up; every fault
 then fires at `plan time + the time the mesh came up`, in virtual seconds, from the mesh's
-own seeded kernel, so a run is a function of the plan and the seed. Nodes are "n0", "n1",
+own seeded kernel, so a run is a function of the plan and the seed. A plan in steps fires
+its faults as the program calls `mesh.step()` before each of its operations. Nodes are "n0", "n1",
 ...; node 0 hosts the driver and is never killed (validation says so).
 """
 
@@ -39,9 +40,23 @@ class SimFaults:
         self.skipped: list[str] = []
 
     def schedule(self) -> None:
+        if self.plan.unit == "step":  # fired by the program's mesh.step() calls
+            self._events = self.plan.events()
+            self._next = 0
+            self._step = -1
+            self.mesh.stepper = self.step
+            return
         start = self.mesh.now
         for event in self.plan.events():
             self.mesh.at(start + event.at, lambda e=event: self.apply(e))
+
+    def step(self) -> int:
+        """The program's next step begins: fire the events due at it; its number."""
+        self._step += 1
+        while self._next < len(self._events) and self._events[self._next].at <= self._step:
+            self.apply(self._events[self._next])
+            self._next += 1
+        return self._step
 
     def _name(self, index: int) -> str:
         return f"n{index}"

@@ -95,6 +95,7 @@ class SimMesh:
         self.processes: list[SimProcess] = []
         self.driver: CoreClient | None = None
         self.faults_injected = 0
+        self.stepper: Callable[[], int] | None = None  # set by a fault plan in steps
         self.log: list[tuple[float, str]] = []
         self._pids = itertools.count(1000)
         # stores and session files of every node, removed at close (in RAM where there is some)
@@ -217,6 +218,13 @@ class SimMesh:
     def at(self, t: float, fn: Callable[[], Any]) -> None:
         """Call `fn()` at virtual time `t` (now, if `t` has passed), as the mesh's operator."""
         self.kernel.schedule(t, None, self._as_operator, fn)
+
+    def step(self) -> int:
+        """Begin the program's next step under a plan in steps (call it before each
+        operation): the plan's faults due at this step fire now. Returns the step number."""
+        if self.stepper is None:
+            raise ZmeshError("step() drives fault plans in steps; this mesh has none")
+        return self.stepper()
 
     def after(self, dt: float, fn: Callable[[], Any]) -> None:
         """Call `fn()` `dt` virtual seconds from now."""
