@@ -1,5 +1,6 @@
 """The task-owner core's vocabulary (`core/task_owner.py`): the events it takes, the actions
-it returns, and why a task fails without a result of its own."""
+it returns, and why a task fails without a result of its own. Plain slotted dataclasses, not
+frozen ones: every task makes a few of them, and a frozen one costs a setattr per field."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class Reason(Enum):
 
 
 # -- events ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Submit:
     """A task was submitted. `waiting`: some arguments have no value yet; `producers` are
     the tasks that make those (the task may follow them onto their lease at once)."""
@@ -38,14 +39,14 @@ class Submit:
     producers: tuple[bytes, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ArgsReady:
     """Every argument of a waiting task has its value."""
 
     task_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LeaseGranted:
     request_id: int
     lease_id: bytes
@@ -54,7 +55,7 @@ class LeaseGranted:
     remote: bool = False  # sender is another node: the lease is returned there, not to ours
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LeaseFailed:
     """No lease can be granted for request `request_id`; `error` is a packed exception."""
 
@@ -62,14 +63,14 @@ class LeaseFailed:
     error: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LeaseRevoked:
     """The node wants the lease back (as soon as its tasks are done)."""
 
     lease_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerExited:
     """The leased worker died: its tasks in flight are retried or fail."""
 
@@ -77,7 +78,7 @@ class WorkerExited:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Result:
     """The task's worker answered. `retryable`: the answer is an exception that the task's
     `retry_exceptions` covers (the shell decides; it holds the value)."""
@@ -86,7 +87,7 @@ class Result:
     retryable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class IdleTimeout:
     """Timer event: the idle timer `stamp` of a lease ran out. A lease idle since goes back;
     so it goes back between one and two timer lengths after its last task."""
@@ -95,12 +96,12 @@ class IdleTimeout:
     stamp: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Cancel:
     task_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Rebuild:
     """Run a finished task again, its stored return being lost (lineage); `attempt` is the
     attempt that made the lost value."""
@@ -118,7 +119,7 @@ Event = (Submit | ArgsReady | LeaseGranted | LeaseFailed | LeaseRevoked | Worker
 
 
 # -- actions --------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Send:
     """Send attempt `attempt` of the task to the lease's worker."""
 
@@ -128,14 +129,14 @@ class Send:
     attempt: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResolveArgs:
     """Wait for the task's argument values, then feed `ArgsReady`."""
 
     task_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestLease:
     """Ask the node for a worker for tasks of shape `key`."""
 
@@ -143,7 +144,7 @@ class RequestLease:
     key: Hashable
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReturnLease:
     """Give the lease back to `to` ("": our own node); `retire`: its worker is spent."""
 
@@ -152,7 +153,7 @@ class ReturnLease:
     to: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ArmIdle:
     """Start a timer that feeds `IdleTimeout(lease_id, stamp)`."""
 
@@ -160,14 +161,14 @@ class ArmIdle:
     stamp: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Complete:
     """The task's result is final: store its returns."""
 
     task_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fail:
     """The task ends without a result: its returns become this error."""
 
@@ -178,7 +179,7 @@ class Fail:
     error: bytes = b""  # a packed exception (LEASE_FAILED)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CancelOnWorker:
     """Ask the worker running the task to cancel it."""
 
@@ -186,7 +187,7 @@ class CancelOnWorker:
     worker: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Rerun:
     """A rebuild was accepted: the task's returns wait for new values (attempt `attempt`)."""
 
