@@ -193,11 +193,10 @@ class TargetCaps:
 
 TARGETS: dict[str, TargetCaps] = {
     "local": TargetCaps(
-        "local", frozenset(["kill_worker", "kill_actor", "kill_node", "pause", "partition",
-                            "link", "slow_node"]),
+        "local", frozenset(["kill_worker", "kill_actor", "kill_node", "kill_owner", "pause",
+                            "partition", "link", "slow_node"]),
         frozenset(["drop", "duplicate", "delay", "reorder"]), True, frozenset(["s", "step"]),
-        {"kill_owner": "the local target's owner is the test process itself: kill_owner needs "
-                       "the simulated mesh (or an owner run as an actor, killed with kill_actor)"}),
+        {}),
     "sim": TargetCaps(
         "sim", frozenset(["kill_worker", "kill_actor", "kill_node", "kill_owner", "pause",
                           "partition", "link", "slow_node"]),

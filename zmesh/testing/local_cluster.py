@@ -40,6 +40,7 @@ from zmesh.testing.faults import (
     FaultPlan,
     KillActor,
     KillNode,
+    KillOwner,
     KillWorker,
     LinkFault,
     Partition,
@@ -92,6 +93,7 @@ class LocalCluster:
         self._step = -1
         self._fds_before = 0
         self._pids: list[int] = []
+        self._owners: dict[str, int] = {}  # name -> pid of a driver the program started
         self._store_dirs: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -147,6 +149,11 @@ class LocalCluster:
     def address(self) -> str:
         return self.nodes[0].address
 
+    def add_owner(self, name: str, pid: int) -> None:
+        """A driver (owner) process the program started, connected to this cluster:
+        `KillOwner(name=name)` SIGKILLs it."""
+        self._owners[name] = pid
+
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
 
@@ -198,6 +205,8 @@ class LocalCluster:
             return
         if isinstance(f, KillWorker):
             self._kill_worker(f, event.index)
+        elif isinstance(f, KillOwner):
+            self._kill_owner(f, event.index)
         elif isinstance(f, KillActor):
             self._kill_actor(f, event.index)
         elif isinstance(f, KillNode):
@@ -247,6 +256,17 @@ class LocalCluster:
         self._sigkill(w["pid"])
         what = f"actor {w['actor_name']}" if w["actor_name"] else "task"
         self._note("kill worker", f"pid {w['pid']} on node {node} ({what})")
+
+    def _kill_owner(self, f: KillOwner, index: int) -> None:
+        if f.name is None:  # any busy worker: the refs it made (puts, its tasks') die with it
+            self._kill_worker(KillWorker(at=f.at), index)
+            return
+        pid = self._owners.get(f.name)
+        if pid is None:
+            self._note("kill owner", f"no owner named {f.name!r} (add_owner)", applied=False)
+            return
+        self._sigkill(pid)
+        self._note("kill owner", f"{f.name} (pid {pid})")
 
     def _kill_actor(self, f: KillActor, index: int) -> None:
         rng = self.plan.rng("kill_actor", index)

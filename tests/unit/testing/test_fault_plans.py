@@ -53,10 +53,13 @@ def test_malformed_plans_name_each_problem():
 
 
 def test_validation_says_which_faults_a_target_cannot_express():
-    plan = FaultPlan(seed=1, faults=(KillWorker(at=0), KillOwner(at=1, name="trainer")))
-    assert plan.validate("sim") == []
-    problems = plan.validate("local")
-    assert len(problems) == 1 and "fault 1" in problems[0] and "kill_owner" in problems[0]
+    # both targets now kill owners (local: a driver registered with add_owner, or a worker)
+    owners = FaultPlan(seed=1, faults=(KillWorker(at=0), KillOwner(at=1, name="trainer")))
+    assert owners.validate("sim") == [] and owners.validate("local") == []
+    plan = FaultPlan(seed=1, faults=(KillWorker(at=0), KillNode(at=1, node=0)))
+    for target in ("sim", "local"):
+        problems = plan.validate(target)
+        assert len(problems) == 1 and "fault 1" in problems[0] and "node 0" in problems[0]
     with pytest.raises(FaultPlanError, match="cannot run on the local target"):
         plan.check("local")
     with pytest.raises(FaultPlanError, match="unknown fault target"):
