@@ -314,6 +314,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         raise ValueError("kill() only supports actor handles (for tasks, use cancel()); "
                          f"got a {type(actor).__name__}")
     client = context.current_client()
+    actor._record(client)  # a handle never called here (get_actor) is killed here too
     # calls made from now on queue, then fail or go to the next incarnation: none reach
     # the worker being killed
     client.actors.kill_requested(actor._actor_id, no_restart)

@@ -214,7 +214,10 @@ class ActorManager:
     # -- death and restarts ----------------------------------------------------------------
     def _on_kill(self, sender: str, msg: m.KillActor, bufs: list[Any]) -> None:
         entry = self.actors.get(msg.actor_id)
-        if entry is None or entry.state == "dead":
+        if entry is None:  # homed elsewhere, and no handle here has followed it yet
+            self.names.forward_kill(msg)
+            return
+        if entry.state == "dead":
             return
         self.run(entry, life.KillRequested("it was killed by zmesh.kill()", msg.no_restart,
                                            reachable=_reachable(entry)))

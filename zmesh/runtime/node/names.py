@@ -116,6 +116,17 @@ class ActorDirectory:
         # Remote shard: the answer comes later; hold the subscriber as an early one meanwhile.
         return False
 
+    def forward_kill(self, msg: m.KillActor) -> None:
+        """Pass a kill for an actor this node does not know on to its home, if it has one
+        on another live node (a kill through a handle never used here was dropped)."""
+        def done(c: Completion) -> None:
+            holder = self.node.control.decode(c)
+            home = holder["home"] if holder else ""
+            if home and home != self.node.mesh_address and self._home_alive(home):
+                self.node.loop.send(home, msg)
+
+        self.node.control.get(actor_key(msg.actor_id), done)
+
     def _proxy(self, actor_id: bytes, home: str, subscriber: str) -> None:
         entry = self.actors.actors.get(actor_id)
         if entry is None or (entry.proxy and entry.state == "dead"):
