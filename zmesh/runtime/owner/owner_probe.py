@@ -7,7 +7,8 @@ owner; its answer means only the copy was lost, while the news of its node's dea
 that cannot reach it, or no answer within the peer timeout mean the owner died.
 
 A reader that awaits a value a borrowed ref's owner has not sent yet watches that owner
-(`watch`): it pings it every second until the values come, and an owner silent for
+(`watch`): it pings it every second until the values come (asking again every REASK_S
+while it answers: a lost request or answer is not waited on forever), and an owner silent for
 `owner_timeout_s()` died, so those values fail with OwnerDiedError, as in Ray, instead of
 never coming (a worker that owned a `put` and was killed is seen by nobody else).
 """
@@ -35,12 +36,16 @@ from zmesh.core.ownership import (
     Verdict,
 )
 from zmesh.errors import OwnerDiedError
+from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.common import Ping, Pong
 from zmesh.runtime import values
 from zmesh.runtime.owner.node_watch import PING_PERIOD_S, node_timeout_s
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
+
+
+REASK_S = 5.0  # a live owner whose values have not come is asked again this often
 
 
 def owner_timeout_s() -> float:
@@ -67,6 +72,7 @@ class OwnerProbe:
         self._heard: dict[str, float] = {}  # watched owner -> when it last answered
         self._watch_pings: dict[int, str] = {}  # the latest ping seq (negative) -> owner
         self._last_tick: dict[str, float] = {}
+        self._asked: dict[str, float] = {}  # watched owner -> when we last asked for values
         loop = client.loop
         loop.on(Ping, self._on_ping)
         loop.on(Pong, self._on_pong)
@@ -158,6 +164,7 @@ class OwnerProbe:
             self._awaited.pop(owner, None)
             self._heard.pop(owner, None)
             self._last_tick.pop(owner, None)
+            self._asked.pop(owner, None)
             for seq in [s for s, o in self._watch_pings.items() if o == owner]:
                 del self._watch_pings[seq]
             if waiting:
@@ -166,6 +173,12 @@ class OwnerProbe:
             return
         for seq in [s for s, o in self._watch_pings.items() if o == owner]:
             del self._watch_pings[seq]
+        if now - self._asked.setdefault(owner, now) >= REASK_S:
+            # It lives but the values have not come: ask again (a request or its answer may
+            # have been lost with a connection; a second answer is ignored).
+            self._asked[owner] = now
+            for oid in sorted(waiting):
+                loop.send(owner, m.GetObject(object_id=oid, requester=self.client.address))
         seq = -next(self._seqs)
         self._watch_pings[seq] = owner
         loop.send(owner, Ping(seq=seq))
