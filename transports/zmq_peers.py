@@ -17,6 +17,13 @@ every connect and reconnect; see `zmesh.security.identity`):
 
 Connections without a key (an insecure mesh) are named by their metadata alone; inproc, which
 has no metadata, by its routing id.
+
+A monitor of the ROUTER reports each tcp/ipc connection that closes, by its fd (pyzmq's
+libzmq has no ``ZMQ_ROUTER_NOTIFY``, a draft option), and `reap` (run before each new
+connection is named, and by `ZmqEndpoint.close_idle`) forgets it: the table holds the
+connections that are open, and a name whose last connection closed is free again. libzmq
+reports a close before it closes the fd, so a reused fd's old entry is gone before its new
+connection is named.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import logging
 from collections import OrderedDict
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from zmesh.protocol.codec import DropWarnings
 from zmesh.protocol.handshake import PROTOCOL_VERSION
@@ -68,6 +76,10 @@ class PeerTable:
         """Routing id -> sender, for connections already checked (the hot path reads it)."""
         self._claims: OrderedDict[str, tuple[str, bytes]] = OrderedDict()  # name -> (key, rid)
         self._replies: OrderedDict[str, bytes] = OrderedDict()  # name -> its latest routing id
+        self._live: dict[str, int] = {}  # name -> its connections in `connections`
+        self._fds: dict[int, bytes] = {}  # the fd of each tcp/ipc connection -> its routing id
+        self._monitor: zmq.Socket[bytes] | None = router.get_monitor_socket(
+            zmq.EVENT_DISCONNECTED)
         self._vouched: OrderedDict[str, bool] = OrderedDict()
         self._warnings = DropWarnings(logger)
         self.dropped_unnamed = 0
@@ -78,9 +90,13 @@ class PeerTable:
         """Messages dropped because their CURVE key carries no valid vouch of this mesh."""
         self.refused_spoof = 0
         """Messages dropped because their key claimed a name another live key holds."""
+        self.disconnects = 0
+        """Connections the ROUTER reported closed."""
 
     def resolve(self, rid: bytes, frame: zmq.Frame) -> str | None:
         """Name the sender of a message from a connection not seen before; None: drop it."""
+        if self._fds:
+            self.reap()
         sender = _prop(frame, SENDER_PROPERTY)
         if sender is None:
             return self._unmetered(rid, frame)
@@ -107,7 +123,46 @@ class PeerTable:
             if key is not None and not self._claim(sender, key, rid):
                 return None
         self._remember(rid, sender)
+        try:
+            self._fds[int(frame.get(zmq.SRCFD))] = rid
+        except (zmq.ZMQError, TypeError, ValueError):
+            pass
         return sender
+
+    def reap(self) -> int:
+        """Forget the connections the ROUTER reported closed since the last call; how many."""
+        monitor = self._monitor
+        reaped = 0
+        while monitor is not None:
+            try:
+                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.ZMQError:
+                break  # none left (or the context is going)
+            if event["event"] != zmq.EVENT_DISCONNECTED:
+                continue
+            reaped += 1
+            rid = self._fds.pop(int(event["value"]), None)
+            sender = self.connections.pop(rid, None) if rid is not None else None
+            if rid is not None and sender is not None:
+                self._forget(rid, sender, gone=True)
+        self.disconnects += reaped
+        return reaped
+
+    def close(self) -> None:
+        """Stop the monitor (before the ROUTER closes)."""
+        monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            try:
+                self._router.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            monitor.close(linger=0)
+
+    def sizes(self) -> dict[str, int]:
+        """How many entries each table holds (all bounded by the connections open)."""
+        return {"connections": len(self.connections), "names": len(self._claims),
+                "replies": len(self._replies), "live_names": len(self._live),
+                "vouched": len(self._vouched)}
 
     def counts(self) -> dict[str, int]:
         """The refusal counters, for a node's metrics."""
@@ -149,7 +204,8 @@ class PeerTable:
 
     def _claim(self, sender: str, key: str, rid: bytes) -> bool:
         held = self._claims.get(sender)
-        if held is not None and held[0] != key and self._alive(held[1]):
+        if held is not None and held[0] != key and (self._live.get(sender, 0) > 0
+                                                     or self._alive(held[1])):
             self.refused_spoof += 1
             self._warnings.warn(
                 "refused a connection claiming to be %s: that name belongs to another "
@@ -176,10 +232,27 @@ class PeerTable:
     def _remember(self, rid: bytes, sender: str) -> None:
         conns = self.connections
         conns[rid] = sender
+        self._live[sender] = self._live.get(sender, 0) + 1
         if len(conns) > self._max_connections:
-            # Oldest first; a live connection dropped here is simply checked again.
-            del conns[next(iter(conns))]
+            # Oldest first; a live connection dropped here is simply checked again (its name
+            # stays claimed: `_alive` still finds it up).
+            old = next(iter(conns))
+            self._forget(old, conns.pop(old), gone=False)
         self._replies[sender] = rid
         self._replies.move_to_end(sender)
         if len(self._replies) > self._max_connections:
             self._replies.popitem(last=False)
+
+    def _forget(self, rid: bytes, sender: str, *, gone: bool) -> None:
+        """`rid` (one of `sender`'s connections) left the table; `gone`: it closed."""
+        left = self._live.get(sender, 0) - 1
+        if left > 0:
+            self._live[sender] = left
+            return
+        self._live.pop(sender, None)
+        if self._replies.get(sender) == rid:
+            del self._replies[sender]
+        if gone:  # its last connection closed: the name is free
+            held = self._claims.pop(sender, None)
+            if held is not None:
+                self._vouched.pop(held[0], None)

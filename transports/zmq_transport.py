@@ -357,6 +357,7 @@ class ZmqEndpoint(Endpoint):
         closed. (They reopen on the next send; the one in use is never closed.)"""
         if self._closed:
             return 0
+        self.peers.reap()  # forget inbound connections that closed meanwhile, too
         cutoff = time.monotonic() - max_idle_s
         closed = 0
         for peer in list(self._peers):
@@ -440,6 +441,9 @@ class ZmqEndpoint(Endpoint):
         self._peers.clear()
         for sender in getattr(self, "_thread_senders", []):
             sender.close()
+        peers = getattr(self, "peers", None)
+        if peers is not None:
+            peers.close()
         router = getattr(self, "_router", None)
         if router is not None:
             router.close()

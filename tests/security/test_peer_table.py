@@ -1,0 +1,94 @@
+"""A ROUTER forgets each connection when it closes (issue 7): the table of who is on each
+connection stays as large as the connections open, however many came and went, and a name
+is free again once its holder's last connection closes. Close reports come from a monitor
+socket, so nothing extra reaches a handler or counts as malformed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import zmq
+from security_fixtures import member_dealer, wait_until
+
+from zmesh.security.keys import ClusterCredentials
+from zmesh.transports import open_endpoint
+from zmesh.transports.zmq_transport import ZmqEndpoint
+
+
+@pytest.fixture
+def creds() -> ClusterCredentials:
+    return ClusterCredentials.generate()
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _receive(server: ZmqEndpoint, got: list[tuple[str, list[bytes]]],
+             done: object, what: str) -> None:
+    def step() -> bool:
+        item = server.recv(0.05)
+        if item is not None:
+            got.append((item[0], [bytes(f) for f in item[1]]))
+        return bool(done())  # type: ignore[operator]
+    wait_until(step, 120, what)
+
+
+@pytest.mark.parametrize("total", [
+    300,  # 2,000 CURVE handshakes take ~100 s on a loaded 2-core machine: that one is a soak
+    pytest.param(2000, marks=[pytest.mark.slow, pytest.mark.soak]),
+])
+def test_closed_connections_are_forgotten_and_the_table_stays_bounded(
+        creds: ClusterCredentials, ctx: zmq.Context[zmq.Socket[bytes]], total: int) -> None:
+    batch = 50
+    with open_endpoint("tcp://127.0.0.1:0", credentials=creds) as server:
+        assert isinstance(server, ZmqEndpoint)
+        peers = server.peers
+        got: list[tuple[str, list[bytes]]] = []
+        peak = 0
+        for start in range(0, total, batch):
+            dealers = [member_dealer(ctx, creds, server.address,
+                                     sender=f"tcp://127.0.0.1:{10_000 + start + i}")
+                       for i in range(batch)]
+            for dealer in dealers:
+                dealer.send(b"m")
+            _receive(server, got, lambda s=start: len(got) >= s + batch,
+                     f"messages {start}..{start + batch}")
+            peak = max(peak, max(peers.sizes().values()))
+            for dealer in dealers:
+                dealer.close(linger=0)
+        _receive(server, got, lambda: peers.reap() >= 0 and peers.disconnects >= total,
+                 "every close to be noticed")
+        assert peers.sizes() == {"connections": 0, "names": 0, "replies": 0,
+                                 "live_names": 0, "vouched": 0}
+        # Without the close reports the tables would hold `total` entries here.
+        assert peak <= 2 * batch, peers.sizes()
+        assert len(got) == total and all(frames == [b"m"] for _, frames in got)
+        assert peers.counts() == {"unnamed": 0, "version": 0, "unvouched": 0, "spoof": 0}
+
+
+def test_a_name_is_free_once_its_holder_disconnects(
+        creds: ClusterCredentials, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    name = "tcp://127.0.0.1:9"
+    with open_endpoint("tcp://127.0.0.1:0", credentials=creds) as server:
+        assert isinstance(server, ZmqEndpoint)
+        peers = server.peers
+        holder = member_dealer(ctx, creds, server.address, sender=name)
+        holder.send(b"")  # an empty message of a peer is still delivered
+        got: list[tuple[str, list[bytes]]] = []
+        _receive(server, got, lambda: len(got) >= 1, "the holder's empty message")
+        assert got == [(name, [b""])]
+        assert peers.sizes()["names"] == 1
+        holder.close(linger=0)
+        _receive(server, got, lambda: peers.reap() >= 0 and peers.sizes()["names"] == 0,
+                 "the name to be freed")
+        # Another key takes the name with no refusal and no liveness probe needed.
+        successor = member_dealer(ctx, creds, server.address, sender=name)
+        successor.send(b"new")
+        _receive(server, got, lambda: len(got) >= 2, "the successor's message")
+        assert got[1] == (name, [b"new"])
+        assert peers.refused_spoof == 0 and peers.disconnects == 1
