@@ -28,6 +28,7 @@ connection is named.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import OrderedDict
 
@@ -53,6 +54,7 @@ logger = logging.getLogger("zmesh.transports.peers")
 _PROTO = str(PROTOCOL_VERSION)
 _MAX_NAME = 1024
 _KEY_CHARS = 40  # a Z85 CURVE public key
+_monitors = itertools.count()
 
 
 def _prop(frame: zmq.Frame, name: str) -> str | None:
@@ -78,8 +80,7 @@ class PeerTable:
         self._replies: OrderedDict[str, bytes] = OrderedDict()  # name -> its latest routing id
         self._live: dict[str, int] = {}  # name -> its connections in `connections`
         self._fds: dict[int, bytes] = {}  # the fd of each tcp/ipc connection -> its routing id
-        self._monitor: zmq.Socket[bytes] | None = router.get_monitor_socket(
-            zmq.EVENT_DISCONNECTED)
+        self._monitor: zmq.Socket[bytes] | None = self._open_monitor(router)
         self._vouched: OrderedDict[str, bool] = OrderedDict()
         self._warnings = DropWarnings(logger)
         self.dropped_unnamed = 0
@@ -147,6 +148,19 @@ class PeerTable:
                 self._forget(rid, sender, gone=True)
         self.disconnects += reaped
         return reaped
+
+    @staticmethod
+    def _open_monitor(router: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
+        # libzmq's I/O thread sends each event blocking: with a bounded queue, 1,000 closes
+        # between two reaps (strangers that never get named) would stall it, and the node.
+        # Unbounded (rcvhwm 0), the queue holds a few dozen bytes per close until a reap.
+        address = f"inproc://zmesh-monitor-{id(router):x}-{next(_monitors)}"
+        router.monitor(address, zmq.EVENT_DISCONNECTED)
+        monitor = router.context.socket(zmq.PAIR)
+        monitor.rcvhwm = 0
+        monitor.linger = 0
+        monitor.connect(address)
+        return monitor
 
     def close(self) -> None:
         """Stop the monitor (before the ROUTER closes)."""
