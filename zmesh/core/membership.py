@@ -300,15 +300,16 @@ class Membership:
             out.append((sender, PushPull(self._full_state(), reply=True)))
         elif isinstance(message, PushPull):
             self._merge(now, message.members)
-            if message.reply and self._seeds:
-                # Our join is answered: announce ourselves too (as memberlist does), so that
-                # our arrival does not hang on the seed's gossip alone (it may leave or crash
-                # right away, or spend its sends on members that are gone).
+            if message.reply and self._seeds and len(self._table.live):
+                # Our join is answered with a live member in it (a seed that has just left
+                # answers too, maybe before it knew anyone: then we keep retrying). Announce
+                # ourselves as well (as memberlist does), so that our arrival does not hang on
+                # the seed's gossip alone: it may leave or crash right away, or spend its sends
+                # on members that are gone.
                 self._queue.push(self.address)
-            if message.reply:
                 self._seeds = []
                 self._next_join = math.inf
-            else:
+            if not message.reply:
                 out.append((sender, PushPull(self._full_state(), reply=True)))
         else:
             raise TypeError(f"not a membership message: {type(message).__name__}")

@@ -91,6 +91,13 @@ def run_schedule(seed: int, start: int, schedule: list[tuple[str, int, float]]) 
     start=7,
     schedule=[("leave", 0, 0.0), ("join", 0, 0.0)] + [("leave", 0, 0.0)] * 4 + [("leave", 50, 0.0)],
 )
+# m6..m10 join through m0 as it leaves; m11 joins through m10 as m10 leaves too, and m10
+# answers before it knows anyone: m11 must retry until an answer names a live member.
+@example(
+    seed=0,
+    start=6,
+    schedule=[("join", 0, 0.0)] * 5 + [("leave", 0, 0.0), ("join", 1, 0.0), ("leave", 1, 0.0)],
+)
 def test_every_live_member_learns_of_every_join_leave_and_crash(
     seed: int, start: int, schedule: list[tuple[str, int, float]]
 ) -> None:
