@@ -81,8 +81,7 @@ def run_schedule(seed: int, start: int, schedule: list[tuple[str, int, float]]) 
 @example(
     seed=0,
     start=8,
-    schedule=[("crash", 0, 0.0), ("crash", 0, 0.0), ("join", 0, 0.625)]
-    + [("leave", 0, 0.0)] * 2,
+    schedule=[("crash", 0, 0.0), ("crash", 0, 0.0), ("join", 0, 0.625)] + [("leave", 0, 0.0)] * 2,
 )
 # m7 joins through m1 as m1 leaves, and leaves itself before any answer: no live member
 # ever hears of it, so it need not be in their views.
