@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from zmesh.core.task_owner_events import (
     Action,
@@ -105,7 +106,8 @@ class TaskOwner:
         self.leases: dict[bytes, _Lease] = {}
         self.requests: dict[int, Hashable] = {}
         self._next_request = 0
-        self.log: deque[tuple[Event, tuple[Action, ...]]] = deque(maxlen=log_size)
+        # (event, actions), or a fast path's compact entry (`_FAST_SUBMIT`/`_FAST_RESULT`, ...)
+        self.log: deque[tuple[Any, ...]] = deque(maxlen=log_size)
 
     def handle(self, event: Event) -> list[Action]:
         """Apply one event; return what the shell must do."""
@@ -116,6 +118,92 @@ class TaskOwner:
         rule(self, event, out)  # type: ignore[operator]
         self.log.append((event, tuple(out)))
         return out
+
+    # -- fast paths: the common cases, by the same rules, without event or action objects --
+    def submit_fast(self, task_id: bytes, key: Hashable, max_retries: int,
+                    holds_resources: bool = True, max_calls: int = 0) -> Send | bool:
+        """`handle(Submit(task_id, key, max_retries, holds_resources, max_calls))` for a task whose arguments are all
+        there, when its shape's queue exists and the outcome is at most one `Send`: returns
+        that Send, True (queued, nothing to do) or False (not such a case: nothing changed,
+        call `handle`). Same state and actions as `handle` (a hypothesis test checks)."""
+        q = self.queues.get(key)
+        if q is None or task_id in self.tasks:
+            return False
+        ready, depth, limit = q.ready, q.depth, q.max_calls
+        leases = self.leases
+        target: _Lease | None = None
+        tlid = b""
+        for lid in q.leases:
+            lease = leases[lid]
+            if target is None and len(lease.inflight) < depth and not lease.revoked \
+                    and (not limit or lease.calls < limit):
+                if ready:
+                    return False  # older tasks go first
+                target, tlid = lease, lid
+            elif not lease.inflight and not lease.armed:
+                return False  # the pump would arm its timer
+        if target is None and min(len(ready) + 1, MAX_LEASE_REQUESTS) > q.requesting:
+            return False  # the pump would ask for a lease
+        t = self.tasks[task_id] = _Task(key, max_retries)
+        if target is None:
+            ready.append(task_id)
+            self.log.append((_FAST_SUBMIT, task_id, key, max_retries, holds_resources,
+                             max_calls, b"", ""))
+            return True
+        t.state, t.lease = _State.INFLIGHT, tlid
+        target.inflight[task_id] = None
+        target.calls += 1
+        target.stamp += 1
+        self.log.append((_FAST_SUBMIT, task_id, key, max_retries, holds_resources, max_calls,
+                         tlid, target.worker))
+        return Send(task_id, tlid, target.worker, 0)
+
+    def result_fast(self, task_id: bytes) -> Send | bool:
+        """`handle(Result(task_id))` (not retryable) for a task in flight on a lease that is
+        neither revoked nor spent, when the outcome is its `Complete` and at most one `Send`
+        from its queue onto that lease: returns that Send, True (complete, nothing more) or
+        False (not such a case: nothing changed, call `handle`). The caller completes the
+        task before sending."""
+        t = self.tasks.get(task_id)
+        if t is None or t.state is not _State.INFLIGHT:
+            return False
+        lid = t.lease
+        mine = self.leases.get(lid)
+        if mine is None or mine.revoked:
+            return False
+        q = self.queues[t.key]
+        ready, depth, limit = q.ready, q.depth, q.max_calls
+        if limit and mine.calls >= limit:
+            return False
+        leases = self.leases
+        for other in q.leases:
+            lease = leases[other]
+            if lease is mine:
+                if ready:
+                    if len(lease.inflight) != depth or (limit and lease.calls + 1 >= limit):
+                        return False  # not exactly one send, or it would be spent
+                elif len(lease.inflight) == 1 and not lease.armed:
+                    return False  # the pump would arm its timer
+            elif ready and len(lease.inflight) < depth and not lease.revoked \
+                    and (not limit or lease.calls < limit):
+                return False  # another lease has room: it takes a task first
+            elif not lease.inflight and not lease.armed:
+                return False
+        if len(ready) > 1 and min(len(ready) - 1, MAX_LEASE_REQUESTS) > q.requesting:
+            return False  # the pump would ask for a lease
+        del mine.inflight[task_id]
+        del self.tasks[task_id]
+        if not ready:
+            self.log.append((_FAST_RESULT, task_id, lid, b"", "", 0))
+            return True
+        nid = ready.popleft()
+        n = self.tasks[nid]
+        n.state, n.lease = _State.INFLIGHT, lid
+        mine.inflight[nid] = None
+        mine.calls += 1
+        mine.stamp += 1
+        self.log.append((_FAST_RESULT, task_id, lid, nid, mine.worker, n.attempt))
+        return Send(nid, lid, mine.worker, n.attempt)
 
     # -- one rule per event (dispatched by type: every task passes here a few times) -------
     def _args_ready(self, e: ArgsReady, out: list[Action]) -> None:
@@ -388,9 +476,25 @@ class TaskOwner:
         def about(item: Event | Action) -> bool:
             return key in (getattr(item, "task_id", None), getattr(item, "lease_id", None)) \
                 or key in getattr(item, "producers", ())
-        lines = [f"{e!r} -> {list(acts)!r}" for e, acts in self.log
+        lines = [f"{e!r} -> {list(acts)!r}" for e, acts in map(_expand, self.log)
                  if about(e) or any(about(a) for a in acts)]
         return "\n".join(lines) or f"(no events about {key.hex()})"
+
+
+_FAST_SUBMIT = "submit"
+_FAST_RESULT = "result"
+
+
+def _expand(entry: tuple[Any, ...]) -> tuple[Event, tuple[Action, ...]]:
+    """A log entry as (event, actions): a fast path's compact entry rebuilt as handle's."""
+    if entry[0] is _FAST_SUBMIT:
+        _, tid, key, retries, holds, calls, lid, worker = entry
+        return Submit(tid, key, retries, holds, calls), (Send(tid, lid, worker, 0),) if lid else ()
+    if entry[0] is _FAST_RESULT:
+        _, tid, lid, nid, worker, attempt = entry
+        done = Complete(tid)
+        return Result(tid), (done, Send(nid, lid, worker, attempt)) if nid else (done,)
+    return entry[0], entry[1]
 
 
 _RULES = {

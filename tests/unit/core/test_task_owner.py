@@ -208,8 +208,11 @@ class OwnerMachine(RuleBasedStateMachine):
         self.timers: list[tuple[bytes, int]] = []
         self.order_checks: list[list[bytes]] = []  # retried groups, in their sent order
 
+    def apply(self, event: Event) -> list[Action]:
+        return self.core.handle(event)
+
     def step(self, event: Event) -> list[Action]:
-        out = self.core.handle(event)
+        out = self.apply(event)
         for a in out:
             match a:
                 case Send(tid, lid, _w, attempt):
@@ -353,3 +356,66 @@ class OwnerMachine(RuleBasedStateMachine):
 OwnerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50,
                                           deadline=None)
 TestTaskOwner = OwnerMachine.TestCase
+
+
+# -- the fast paths agree with handle() ------------------------------------------------------
+def snapshot(core: TaskOwner) -> tuple[object, ...]:
+    return (core.tasks, {k: (q.depth, q.max_calls, list(q.ready), q.leases, q.requesting)
+                         for k, q in core.queues.items()}, core.leases, core.requests,
+            core._next_request)
+
+
+class FastPathMachine(OwnerMachine):
+    """The same random runs, each event also fed to a twin core that takes its fast path
+    for a submission with its arguments there and a result that is not retryable: the
+    twin must return the same actions and reach the same state, and tell the same story."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.twin = TaskOwner(log_size=2_000)
+        self.fast = 0
+
+    def apply(self, event: Event) -> list[Action]:
+        out = self.core.handle(event)
+        twin = self.twin
+        got: Send | bool = False
+        if isinstance(event, Submit) and not event.waiting:
+            got = twin.submit_fast(event.task_id, event.key, event.max_retries,
+                                   event.holds_resources, event.max_calls)
+            mine = [] if got is True else [got]
+        elif isinstance(event, Result) and not event.retryable:
+            got = twin.result_fast(event.task_id)
+            mine = [Complete(event.task_id)] + ([] if got is True else [got])
+        if got is False:
+            mine = twin.handle(event)
+        else:
+            self.fast += 1
+        assert mine == out, f"{event!r}: fast {mine!r}, handle {out!r}"
+        assert snapshot(twin) == snapshot(self.core), f"{event!r}: states differ"
+        twin.validate()
+        for tid in {getattr(a, "task_id", b"") for a in out} - {b""}:
+            assert twin.story(tid) == self.core.story(tid)
+        return out
+
+
+FastPathMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50,
+                                             deadline=None)
+TestFastPaths = FastPathMachine.TestCase
+
+
+def test_fast_paths_take_the_common_cases() -> None:
+    core = TaskOwner()
+    assert core.submit_fast(b"a", ("cpu",), 0) is False  # no queue yet
+    [req] = core.handle(Submit(b"a", ("cpu",), 0))
+    assert isinstance(req, RequestLease)
+    assert core.submit_fast(b"b", ("cpu",), 0) is False  # the pump would ask for a lease
+    assert core.tasks.keys() == {b"a"}  # (and nothing changed)
+    assert sends(core.handle(LeaseGranted(req.request_id, b"L", "w", "node"))) == [b"a"]
+    assert core.submit_fast(b"c", ("cpu",), 0) == Send(b"c", b"L", "w", 0)
+    assert core.result_fast(b"a") is True
+    assert core.result_fast(b"c") is False  # the lease goes idle: handle() arms its timer
+    assert core.handle(Result(b"c")) == [Complete(b"c"), ArmIdle(b"L", 2)]
+    assert core.submit_fast(b"d", ("cpu",), 0) == Send(b"d", b"L", "w", 0)
+    core.validate()
+    assert "Send(task_id=b'c'" in core.story(b"c") and "Complete(task_id=b'c')" in \
+        core.story(b"c")

@@ -89,6 +89,9 @@ class TaskSubmitter:
 
     Every method but `submit` runs on the loop thread. The core decides; this class turns
     its actions into messages (`_do`, one exhaustive `match`) and messages into its events.
+    The two events every task makes (its submission with its arguments there, its result
+    that is not retried) go through the core's fast paths first, which apply the same rules
+    without event or action objects when the outcome is at most one Send.
     """
 
     def __init__(self, client: CoreClient) -> None:
@@ -128,6 +131,14 @@ class TaskSubmitter:
             value_of = self.client.objects.value_of
             task.ref_values = [value_of(r.id) for r in refs]
             producers = tuple(r.id[:-4] for r, v in zip(refs, task.ref_values) if v is None)
+        if not producers:
+            sent = self.core.submit_fast(task.task_id, task.key, task.max_retries,
+                                         bool(task.resources), task.max_calls)
+            if sent is True:
+                return
+            if sent is not False:
+                self._send(sent)
+                return
         self._do(self.core.handle(Submit(
             task.task_id, task.key, task.max_retries, bool(task.resources), task.max_calls,
             bool(producers), producers)))
@@ -185,6 +196,13 @@ class TaskSubmitter:
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         retryable = _retryable(task, msg)
+        if not retryable:
+            sent = self.core.result_fast(msg.task_id)
+            if sent is not False:
+                self._complete(task, sender, msg)
+                if sent is not True:
+                    self._send(sent)
+                return
         self._do(self.core.handle(Result(msg.task_id, retryable)), (sender, msg))
 
     def _idle(self, lease_id: bytes, stamp: int) -> None:
@@ -213,11 +231,7 @@ class TaskSubmitter:
                     loop.call_later(IDLE_LEASE_S, functools.partial(self._idle, lid, stamp))
                 case Complete(tid):
                     assert result is not None and result[1].task_id == tid
-                    sender, msg = result
-                    task = self.tasks[tid]
-                    self._finish(task, msg.returns, failed=False)
-                    if msg.contained:
-                        self.client.hold_returned(sender, task.return_ids(), msg.contained)
+                    self._complete(self.tasks[tid], *result)
                 case Fail():
                     task = self.tasks[action.task_id]
                     self._finish(task, [_failure(task, action)], failed=True)
@@ -229,6 +243,11 @@ class TaskSubmitter:
                     self._rerun(tid, attempt)
                 case _:
                     assert_never(action)
+
+    def _complete(self, task: Task, sender: str, msg: m.TaskResult) -> None:
+        self._finish(task, msg.returns, failed=False)
+        if msg.contained:
+            self.client.hold_returned(sender, task.return_ids(), msg.contained)
 
     def _send(self, action: Send) -> None:
         task = self.tasks[action.task_id]
