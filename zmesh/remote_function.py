@@ -136,7 +136,7 @@ class RemoteFunction(Generic[R]):
         num_returns = wire_num_returns(opts.get("num_returns"), self._function)
         if client.inherited_strategy and "scheduling_strategy" not in opts:
             strategy = client.inherited_strategy  # placement_group_capture_child_tasks
-            key = (key[0], strategy, key[2])
+            key = (key[0], strategy, key[2], key[3])  # (resources, strategy, labels, max_calls)
         data, top, nested = pack_args(args, kwargs)
         task_id = client.ids.task_id()
         backpressure = backpressure_of(opts) if num_returns < 0 else 0
