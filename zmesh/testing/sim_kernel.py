@@ -14,6 +14,7 @@ threads, so user code unwinds as if the process had vanished.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -110,7 +111,11 @@ class Kernel:
         self.now = 0.0
         self.stall_limit = stall_limit
         self.steps = 0
-        self._heap: list[_Event] = []
+        # (at, seq, event): plain tuples compare in C. A Python __lt__ (a dataclass's) can
+        # allocate, so the GC may run a finalizer mid-push that schedules onto this same
+        # heap (an ObjectRef's __del__ posting its free): 'list changed size' in heappush.
+        self._heap: list[tuple[float, int, _Event]] = []
+        self._foreign: collections.deque[_Event] = collections.deque()  # see schedule()
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._active: _SimThread | None = None  # None: the root runs
@@ -125,7 +130,22 @@ class Kernel:
         """Run `fn(*args)` at virtual time `at` as process `proc` (dropped if it died)."""
         if self.closed:
             return
-        heapq.heappush(self._heap, _Event(max(at, self.now), next(self._seq), proc, fn, args))
+        ev = _Event(max(at, self.now), next(self._seq), proc, fn, args)
+        cur = threading.current_thread()
+        active = self._active
+        if cur is not self.root and (active is None or active.thread is not cur):
+            # A thread outside the simulation: the garbage collector runs finalizers (an
+            # ObjectRef's __del__ posts its free) on whichever thread it interrupts, e.g. a
+            # daemon thread of an earlier test. Pushing onto the heap from there races the
+            # thread holding the baton; the root takes these in at its next step instead.
+            self._foreign.append(ev)
+            return
+        heapq.heappush(self._heap, (ev.at, ev.seq, ev))
+
+    def _take_foreign(self) -> None:
+        while self._foreign:
+            ev = self._foreign.popleft()
+            heapq.heappush(self._heap, (ev.at, ev.seq, ev))
 
     def _run_event(self, ev: _Event) -> None:
         proc = ev.proc
@@ -206,6 +226,7 @@ class Kernel:
         deadline = None if timeout is None else self.now + timeout
         stall = self.now + self.stall_limit
         while True:
+            self._take_foreign()
             if pred():
                 return True
             if self._resume_ready():
@@ -224,15 +245,15 @@ class Kernel:
             self._step_to(at)
 
     def _next_time(self) -> float | None:
-        times = [self._heap[0].at] if self._heap else []
+        times = [self._heap[0][0]] if self._heap else []
         times += [t.deadline for t in self._parked.values()
                   if t.deadline is not None and t.proc.alive and not t.proc.paused]
         return min(times) if times else None
 
     def _step_to(self, at: float) -> None:
         self.now = max(self.now, at)
-        if self._heap and self._heap[0].at <= self.now:
-            self._run_event(heapq.heappop(self._heap))
+        if self._heap and self._heap[0][0] <= self.now:
+            self._run_event(heapq.heappop(self._heap)[2])
 
     def _resume_ready(self) -> bool:
         """Hand the baton to the first parked thread that can go on; False if none can."""
@@ -291,6 +312,7 @@ class Kernel:
         """Stop: every simulated thread unwinds; later events are dropped."""
         self.closed = True
         self._heap.clear()
+        self._foreign.clear()
         for t in sorted(self._parked.values(), key=lambda t: t.seq):
             t.killed = True
         while self._parked:
