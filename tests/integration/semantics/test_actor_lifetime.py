@@ -257,10 +257,11 @@ def test_constructor_ref_argument_that_failed_fails_the_actor(ray):
         ray.get(h.get.remote(), timeout=30)
 
 
-def test_threaded_actor_call_with_unready_argument_does_not_hold_up_others(ray):
-    # checked against Ray 2.60 (tools/ray_parity.py, threaded_actor_ready_call_overtakes_...);
-    # observed Ray behaviour (threaded actors, max_concurrency > 1): a call waiting for its
-    # argument does not stop later calls that are ready from running.
+
+def _gate_and_echo(ray):
+    """A gate whose `wait` blocks until `open`, and a threaded echo actor (defined per test,
+    so that they travel by value)."""
+
     @ray.remote
     class Gate:
         def __init__(self):
@@ -278,43 +279,35 @@ def test_threaded_actor_call_with_unready_argument_does_not_hold_up_others(ray):
         def echo(self, x):
             return x
 
-    gate = Gate.options(max_concurrency=2).remote()
-    e = Echo.remote()
-    blocked = e.echo.remote(gate.wait.remote())
+    return Gate, Echo
+
+
+def _ready_call_overtook_the_blocked_one(ray, e, gate, blocked):
+    """A ready call to `e` answers while `blocked` still waits for the gate; then it ends."""
     assert ray.get(e.echo.remote("ready"), timeout=30) == "ready"
     ready, _ = ray.wait([blocked], timeout=0)
     assert not ready
     ray.get(gate.open.remote(), timeout=30)
     assert ray.get(blocked, timeout=30) == "late"
+
+def test_threaded_actor_call_with_unready_argument_does_not_hold_up_others(ray):
+    # checked against Ray 2.60 (tools/ray_parity.py, threaded_actor_ready_call_overtakes_...);
+    # observed Ray behaviour (threaded actors, max_concurrency > 1): a call waiting for its
+    # argument does not stop later calls that are ready from running.
+    Gate, Echo = _gate_and_echo(ray)
+    gate = Gate.options(max_concurrency=2).remote()
+    e = Echo.remote()
+    blocked = e.echo.remote(gate.wait.remote())
+    _ready_call_overtook_the_blocked_one(ray, e, gate, blocked)
 
 
 def test_ready_calls_overtake_unready_ones_through_a_handle_got_by_name(ray):
     # observed Ray behaviour, as above, through a handle from get_actor (Ray's named handle
     # keeps the creation's fields)
-    @ray.remote
-    class Gate:
-        def __init__(self):
-            self.ev = threading.Event()
-
-        def wait(self):
-            self.ev.wait(60)
-            return "late"
-
-        def open(self):
-            self.ev.set()
-
-    @ray.remote(max_concurrency=4)
-    class Echo:
-        def echo(self, x):
-            return x
-
+    Gate, Echo = _gate_and_echo(ray)
     gate = Gate.options(max_concurrency=2).remote()
     keep = Echo.options(name="echo-by-name").remote()  # noqa: F841 (a handle keeps it alive)
     e = ray.get_actor("echo-by-name")
     blocked = e.echo.remote(gate.wait.remote())
-    assert ray.get(e.echo.remote("ready"), timeout=30) == "ready"
-    ready, _ = ray.wait([blocked], timeout=0)
-    assert not ready
-    ray.get(gate.open.remote(), timeout=30)
-    assert ray.get(blocked, timeout=30) == "late"
+    _ready_call_overtook_the_blocked_one(ray, e, gate, blocked)
     ray.kill(e)
