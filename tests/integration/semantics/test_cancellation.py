@@ -92,11 +92,10 @@ def test_recursive_cancel_cancels_the_tasks_it_submitted(ray, gate):
     assert ray.get(ok.remote(), timeout=30) == 1
 
 
-def test_queued_actor_task_is_cancelled_and_never_runs(ray, gate):
-    # docs (Actor task cancellation): "if the specified task is pending execution, it is
-    # cancelled and not executed"; force=True is not supported for actor tasks (ValueError).
-    # Checked against Ray 2.60 (tools/ray_parity.py): Ray differs from its docs here (the call
-    # after the cancelled one times out waiting for its sequence number); zmesh follows the docs.
+
+def _recording_actor(ray):
+    """An actor that blocks on a gate (`block`) and records the calls that ran (`record`)."""
+
     @ray.remote
     class Seq:
         def __init__(self):
@@ -113,6 +112,14 @@ def test_queued_actor_task_is_cancelled_and_never_runs(ray, gate):
         def ran_list(self):
             return self.ran
 
+    return Seq
+
+def test_queued_actor_task_is_cancelled_and_never_runs(ray, gate):
+    # docs (Actor task cancellation): "if the specified task is pending execution, it is
+    # cancelled and not executed"; force=True is not supported for actor tasks (ValueError).
+    # Checked against Ray 2.60 (tools/ray_parity.py): Ray differs from its docs here (the call
+    # after the cancelled one times out waiting for its sequence number); zmesh follows the docs.
+    Seq = _recording_actor(ray)
     a = Seq.remote()
     first = a.block.remote(gate)
     assert ray.get(gate.wait_started.remote(), timeout=30)
@@ -134,22 +141,7 @@ def test_recursive_cancel_cancels_the_actor_tasks_it_submitted(ray, gate):
     # Tasks"): a queued actor call the cancelled task made is cancelled and never runs.
     # Checked against Ray 2.60 (tools/ray_parity.py): Ray answers TaskCancelledError too but
     # still runs the call it had pushed to the actor; zmesh follows the docs.
-    @ray.remote
-    class Seq:
-        def __init__(self):
-            self.ran = []
-
-        def block(self, g):
-            ray.get(g.mark.remote())
-            ray.get(g.wait.remote())
-
-        def record(self, x):
-            self.ran.append(x)
-            return x
-
-        def ran_list(self):
-            return self.ran
-
+    Seq = _recording_actor(ray)
     @ray.remote(max_concurrency=2)
     class Keeper:
         def __init__(self):
