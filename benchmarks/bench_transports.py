@@ -9,7 +9,12 @@ join token); `zmesh-plain` is the same endpoint with `insecure=True`, so the `vs
 column is what encryption costs. tcp also moves a bulk transfer (1 GiB in 1 MiB frames, 256
 MiB with --quick) with each zmesh flavour.
 
-    python benchmarks/bench_transports.py [--quick]
+Loopback moves bytes at memory-copy speed, faster than any network link, so it shows the
+most that encryption can cost. `--link-gbit G` runs the tcp figures again between this
+process and a server in a network namespace behind a veth pair shaped to G Gbit/s (root
+and iproute2 needed; see `netns_link.py`): "between two machines" on a real link's bandwidth.
+
+    python benchmarks/bench_transports.py [--quick] [--link-gbit 10]
 """
 
 from __future__ import annotations
@@ -27,12 +32,16 @@ import zmq
 
 from zmesh.transports import Endpoint, open_endpoint
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netns_link import Link, shaped_link  # noqa: E402  (a sibling module of this script)
+
 PAYLOAD = 100
 BATCH = 100  # the server acks every BATCH streamed messages
 WINDOW = 2000  # unacked messages the client may have in flight
 PING, STREAM, BULK, QUIT = b"P", b"S", b"B", b"Q"
 BULK_FRAME = 1 << 20
 BULK_WINDOW = 16  # bulk frames in flight
+LINK_PORT = 47310  # servers' ports inside a --link-gbit namespace (its own port space)
 
 
 # -- servers (child process) ----------------------------------------------------------------
@@ -185,9 +194,10 @@ def pipelined(client: RawClient | ZmeshClient, total: int, base: int) -> float:
 # -- driver ---------------------------------------------------------------------------------
 
 
-def start_server(impl: str, address: str) -> subprocess.Popen[str]:
+def start_server(impl: str, address: str, link: Link | None = None) -> subprocess.Popen[str]:
+    argv = [sys.executable, __file__, "--serve", impl, address]
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", impl, address], stdout=subprocess.PIPE, text=True
+        argv if link is None else link.command(argv), stdout=subprocess.PIPE, text=True
     )
     assert child.stdout is not None
     if child.stdout.readline().strip() != "ready":
@@ -205,7 +215,8 @@ def measure_route(
 
 
 def measure_route_bulk(
-    route: str, workdir: str, repeat: int, seconds: float, total: int, bulk_bytes: int
+    route: str, workdir: str, repeat: int, seconds: float, total: int, bulk_bytes: int,
+    link: Link | None = None,
 ) -> tuple[dict[str, tuple[float, float, float]], dict[str, list[tuple[float, float, float]]]]:
     """Best (round trips/s, messages/s, bulk B/s) per implementation over `repeat`
     alternating rounds, and every round's figures.
@@ -213,6 +224,7 @@ def measure_route_bulk(
     Both servers stay up and the clients take turns in short rounds, so that load from
     elsewhere on the machine falls on both alike; the best round is the least disturbed,
     and the ratio of two implementations' figures in the same round is the fairest A/B.
+    With `link`, the servers run in its namespace and the clients talk to them over it.
     """
     servers: dict[str, subprocess.Popen[str]] = {}
     clients: dict[str, RawClient | ZmeshClient] = {}
@@ -220,12 +232,15 @@ def measure_route_bulk(
     best = {impl: (0.0, 0.0, 0.0) for impl in impls}
     rounds: dict[str, list[tuple[float, float, float]]] = {impl: [] for impl in impls}
     try:
-        for impl in impls:
+        for number, impl in enumerate(impls):
             if route == "ipc":
                 address, own = f"ipc://{workdir}/{impl}-server", f"ipc://{workdir}/{impl}-client"
+            elif link is not None:
+                address = f"tcp://{link.remote}:{LINK_PORT + number}"
+                own = f"tcp://{link.local}:0"
             else:
                 address, own = f"tcp://127.0.0.1:{free_port()}", "tcp://127.0.0.1:0"
-            servers[impl] = start_server(impl, address)
+            servers[impl] = start_server(impl, address, link)
             clients[impl] = IMPLS[impl](address, own)
             round_trips(clients[impl], 0.05)  # connect and warm up
         streamed = 0
@@ -259,6 +274,42 @@ def _spread(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
+def report(
+    label: str, workdir: str, repeat: int, seconds: float, total: int, bulk_bytes: int,
+    link: Link | None = None,
+) -> None:
+    """Measure one route and print its rows, plus CURVE on vs off where both ran."""
+    route = "ipc" if label == "ipc" else "tcp"
+    best, rounds = measure_route_bulk(route, workdir, repeat, seconds, total, bulk_bytes, link)
+    raw_rt, raw_msgs, _ = best["raw"]
+    if link is not None:
+        print(f"\n{label}:")
+    bulk_rows = []
+    for impl, (rt, msgs, moved) in best.items():
+        print(
+            f"{route:<6}{impl:<12}{rt:>12,.0f}{rt / raw_rt:>8.2f}"
+            f"{msgs:>18,.0f}{msgs / raw_msgs:>8.2f}"
+        )
+        if impl.startswith("zmesh") and route == "tcp":
+            bulk_rows.append((impl, rt, msgs, moved))
+    if len(bulk_rows) != 2:
+        return
+    (_, rt, msgs, moved), (_, prt, pmsgs, pmoved) = bulk_rows
+    print(f"\n{label}, CURVE on vs off (zmesh / zmesh-plain; 1.00 = free, target >= 0.85 "
+          "pipelined and >= 0.75 bulk):")
+    print(f"  sync round trips   {rt:>12,.0f} vs {prt:>12,.0f} /s   ratio {rt / prt:.2f}")
+    print(f"  pipelined 100 B    {msgs:>12,.0f} vs {pmsgs:>12,.0f} /s   "
+          f"ratio {msgs / pmsgs:.2f}")
+    print(f"  bulk {bulk_bytes >> 20} MiB      {moved / 1e9:>10.2f} GB/s vs "
+          f"{pmoved / 1e9:>8.2f} GB/s   ratio {moved / pmoved:.2f}")
+    pairs = list(zip(rounds["zmesh"], rounds["zmesh-plain"]))
+    print(f"  per-round ratios, median [min-max] of {len(pairs)}: sync "
+          f"{_spread([a[0] / b[0] for a, b in pairs])}, pipelined "
+          f"{_spread([a[1] / b[1] for a, b in pairs])}, bulk "
+          f"{_spread([a[2] / b[2] for a, b in pairs])}; load average now "
+          f"{os.getloadavg()[0]:.1f}")
+
+
 IMPLS: dict[str, type[RawClient] | type[ZmeshClient]] = {
     "raw": RawClient, "zmesh": ZmeshClient, "zmesh-plain": PlainZmeshClient}
 
@@ -278,6 +329,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None, help="runs per cell; best is kept")
     parser.add_argument("--io-threads", type=int, default=None,
                         help="libzmq I/O threads per process (sets ZMESH_IO_THREADS)")
+    parser.add_argument("--link-gbit", type=float, default=None,
+                        help="also measure tcp over a veth link shaped to this many Gbit/s")
+    parser.add_argument("--link-only", action="store_true",
+                        help="with --link-gbit: skip the loopback routes")
     parser.add_argument("--serve", nargs=2, metavar=("IMPL", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.io_threads is not None:
@@ -306,34 +361,12 @@ def main() -> None:
         print(
             f"{'route':<6}{'impl':<12}{'sync rt/s':>12}{'ratio':>8}{'pipelined msg/s':>18}{'ratio':>8}"
         )
-        bulk_rows = []
-        rounds: dict[str, list[tuple[float, float, float]]] = {}
-        for route in ("ipc", "tcp"):
-            best, rounds = measure_route_bulk(route, workdir, repeat, seconds, total,
-                                              bulk_bytes if route == "tcp" else 0)
-            raw_rt, raw_msgs, _ = best["raw"]
-            for impl, (rt, msgs, moved) in best.items():
-                print(
-                    f"{route:<6}{impl:<12}{rt:>12,.0f}{rt / raw_rt:>8.2f}"
-                    f"{msgs:>18,.0f}{msgs / raw_msgs:>8.2f}"
-                )
-                if impl.startswith("zmesh") and route == "tcp":
-                    bulk_rows.append((impl, rt, msgs, moved))
-        if len(bulk_rows) == 2:
-            (_, rt, msgs, moved), (_, prt, pmsgs, pmoved) = bulk_rows
-            print("\ntcp, CURVE on vs off (zmesh / zmesh-plain; 1.00 = free, target >= 0.85 "
-                  "pipelined and >= 0.75 bulk):")
-            print(f"  sync round trips   {rt:>12,.0f} vs {prt:>12,.0f} /s   ratio {rt / prt:.2f}")
-            print(f"  pipelined 100 B    {msgs:>12,.0f} vs {pmsgs:>12,.0f} /s   "
-                  f"ratio {msgs / pmsgs:.2f}")
-            print(f"  bulk {bulk_bytes >> 20} MiB      {moved / 1e9:>10.2f} GB/s vs "
-                  f"{pmoved / 1e9:>8.2f} GB/s   ratio {moved / pmoved:.2f}")
-            pairs = list(zip(rounds["zmesh"], rounds["zmesh-plain"]))
-            print(f"  per-round ratios, median [min-max] of {len(pairs)}: sync "
-                  f"{_spread([a[0] / b[0] for a, b in pairs])}, pipelined "
-                  f"{_spread([a[1] / b[1] for a, b in pairs])}, bulk "
-                  f"{_spread([a[2] / b[2] for a, b in pairs])}; load average now "
-                  f"{os.getloadavg()[0]:.1f}")
+        for route in () if args.link_only else ("ipc", "tcp"):
+            report(route, workdir, repeat, seconds, total, bulk_bytes if route == "tcp" else 0)
+        if args.link_gbit:
+            with shaped_link(args.link_gbit) as link:
+                report(f"tcp over a {args.link_gbit:g} Gbit/s link", workdir, repeat, seconds,
+                       total, bulk_bytes, link)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
