@@ -262,6 +262,15 @@ class PeerTable:
         left = self._live.get(sender, 0) - 1
         if left > 0:
             self._live[sender] = left
+            if self._replies.get(sender) == rid:
+                # Answer on the newest of its connections still open, not the closed one
+                # (a scan, but only when a name's latest connection of several closes).
+                newest = next((r for r, s in reversed(self.connections.items())
+                               if s == sender), None)
+                if newest is None:
+                    del self._replies[sender]
+                else:
+                    self._replies[sender] = newest
             return
         self._live.pop(sender, None)
         if self._replies.get(sender) == rid:

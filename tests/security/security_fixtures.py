@@ -183,17 +183,20 @@ def replay(host: str, port: int, data: bytes, timeout: float = 30.0) -> bool:
 
 def member_dealer(ctx: zmq.Context[zmq.Socket[bytes]], creds: ClusterCredentials,
                   target: str, sender: str, *, vouched: bool = True,
-                  proto: str | None = None, routing_id: bytes | None = None) -> zmq.Socket[bytes]:
+                  proto: str | None = None, routing_id: bytes | None = None,
+                  keypair: tuple[bytes, bytes] | None = None) -> zmq.Socket[bytes]:
     """A DEALER connected to `target` as another process of the mesh would be: a CURVE key
     pair of its own (not this process's), vouched for by `creds` unless `vouched=False`,
     naming itself `sender` in its metadata. `proto` overrides the protocol version sent;
-    `routing_id`, if given, is the ZMQ_ROUTING_ID it brings (zmesh's own choose none)."""
+    `routing_id`, if given, is the ZMQ_ROUTING_ID it brings (zmesh's own choose none);
+    `keypair` (public, secret), if given, is used instead of a new one (a second connection
+    of the same process)."""
     import zmq
 
     from zmesh.protocol.handshake import PROTOCOL_VERSION
     from zmesh.security import identity
 
-    public, secret = zmq.curve_keypair()
+    public, secret = keypair or zmq.curve_keypair()
     dealer = ctx.socket(zmq.DEALER)
     dealer.linger = 0
     if routing_id is not None:

@@ -92,3 +92,30 @@ def test_a_name_is_free_once_its_holder_disconnects(
         _receive(server, got, lambda: len(got) >= 2, "the successor's message")
         assert got[1] == (name, [b"new"])
         assert peers.refused_spoof == 0 and peers.disconnects == 1
+
+
+def test_answers_go_to_an_open_connection_when_the_latest_one_closes(
+        creds: ClusterCredentials, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    """A process with two connections (one key, one name) closes the newer one: an answer
+    sent back to its name arrives on the older one, instead of failing on the closed one."""
+    name = "tcp://127.0.0.1:11"
+    keypair = zmq.curve_keypair()
+    with open_endpoint("tcp://127.0.0.1:0", credentials=creds) as server:
+        assert isinstance(server, ZmqEndpoint)
+        peers = server.peers
+        older = member_dealer(ctx, creds, server.address, sender=name, keypair=keypair)
+        older.send(b"1")
+        got: list[tuple[str, list[bytes]]] = []
+        _receive(server, got, lambda: len(got) >= 1, "the older connection's message")
+        newer = member_dealer(ctx, creds, server.address, sender=name, keypair=keypair)
+        newer.send(b"2")
+        _receive(server, got, lambda: len(got) >= 2, "the newer connection's message")
+        assert got == [(name, [b"1"]), (name, [b"2"])] and peers.refused_spoof == 0
+        newer.close(linger=0)
+        _receive(server, got, lambda: peers.reap() >= 0 and peers.disconnects >= 1,
+                 "the newer connection's close to be noticed")
+        assert peers.sizes()["connections"] == 1
+        assert server.send_back(name, [b"answer"])
+        assert older.poll(30_000), "the answer never reached the open connection"
+        assert older.recv() == b"answer"
+        older.close(linger=0)
