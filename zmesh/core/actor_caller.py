@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 __all__ = [
     "Action", "ActorAlive", "ActorCallerCore", "ActorDead", "ActorRestarting", "Completed",
@@ -173,7 +174,8 @@ class ActorCallerCore:
 
     def __init__(self, log_size: int = 10_000) -> None:
         self.actors: dict[bytes, _Actor] = {}
-        self.log: deque[tuple[Event, list[Action]]] = deque(maxlen=log_size)
+        # (event, actions); the fast paths log (event class, *fields), expanded by story()
+        self.log: deque[tuple[Any, ...]] = deque(maxlen=log_size)
 
     def handle(self, event: Event) -> list[Action]:
         """Apply one event; return what the shell must do."""
@@ -256,6 +258,33 @@ class ActorCallerCore:
         self.log.append((event, out))  # the shell only reads `out`
         return out
 
+    # -- fast paths: the same rules as handle(Submit) / handle(Completed) for the common --
+    # -- case, with no event or action objects: every actor call comes through both -------
+    def submit_fast(self, aid: bytes, tid: bytes) -> tuple[str, int] | None:
+        """`handle(Submit(aid, tid))` when the actor is alive: returns the Send's (address,
+        sequence number). None, changing nothing, when it is not: call `handle` then."""
+        a = self.actors.get(aid)
+        if a is None or a.state is not State.ALIVE:
+            return None
+        seq = a.next_seq
+        a.next_seq = seq + 1
+        a.calls[tid] = _Call(tid, seq, a.max_task_retries, True)
+        a.inflight.add(tid)
+        wire = seq - a.seq_cut + a.seq_base
+        self.log.append((Submit, aid, tid, a.address, wire))
+        return a.address, wire
+
+    def complete_fast(self, aid: bytes, tid: bytes) -> bool:
+        """`handle(Completed(aid, tid))`: True when the answer is accepted (the Done)."""
+        a = self.actors.get(aid)
+        if a is None or tid not in a.inflight:
+            self.log.append((Completed, aid, tid))
+            return False
+        a.inflight.discard(tid)
+        del a.calls[tid]
+        self.log.append((Completed, aid, tid, True))
+        return True
+
     def _actor(self, aid: bytes) -> _Actor:
         a = self.actors.get(aid)  # (not setdefault: that would build an _Actor every call)
         if a is None:
@@ -315,10 +344,21 @@ class ActorCallerCore:
 
     def story(self, key: bytes) -> str:
         """Logged events and actions about an actor or a call, oldest first."""
-        lines = [f"{e!r} -> {list(acts)!r}" for e, acts in self.log
+        lines = [f"{e!r} -> {list(acts)!r}" for e, acts in map(_expand, self.log)
                  if key in (getattr(e, "actor_id", None), getattr(e, "task_id", None))
                  or any(key in (x.actor_id, x.task_id) for x in acts)]
         return "\n".join(lines) or f"(no events about {key.hex()})"
+
+
+def _expand(entry: tuple[Any, ...]) -> tuple[Event, list[Action]]:
+    """A log entry as (event, actions); the fast paths log their fields instead."""
+    if not isinstance(entry[0], type):
+        return entry[0], entry[1]
+    if entry[0] is Submit:
+        _, aid, tid, address, wire = entry
+        return Submit(aid, tid), [Send(aid, tid, address, wire)]
+    _, aid, tid, *done = entry
+    return Completed(aid, tid), [Done(aid, tid)] if done else []
 
 
 def _by_seq(task_ids: set[bytes] | dict[bytes, _Call], calls: dict[bytes, _Call]

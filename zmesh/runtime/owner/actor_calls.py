@@ -21,7 +21,6 @@ from zmesh.core.actor_caller import (
     ActorCallerCore,
     ActorDead,
     ActorRestarting,
-    Completed,
     Done,
     Event,
     Fail,
@@ -117,12 +116,7 @@ class ActorCaller:
                     call = self.calls.get(action.task_id)
                     if call is None:
                         continue
-                    msg = m.ActorCall(actor_id=action.actor_id, caller=self.client.address,
-                                      seq=action.seq, task_id=action.task_id,
-                                      method=call.method, args=call.args,
-                                      num_returns=call.num_returns,
-                                      backpressure=call.backpressure,
-                                      concurrency_group=call.group)
+                    msg = self._message(call, action.seq)
                     if not on_loop:
                         self.client.send_direct(action.address, msg)
                     elif not self.client.loop.send(action.address, msg):
@@ -145,6 +139,12 @@ class ActorCaller:
                     pass  # on_result completes the call itself
                 case _:
                     assert_never(action)
+
+    def _message(self, call: Call, seq: int) -> m.ActorCall:
+        return m.ActorCall(actor_id=call.rec.actor_id, caller=self.client.address, seq=seq,
+                           task_id=call.task_id, method=call.method, args=call.args,
+                           num_returns=call.num_returns, backpressure=call.backpressure,
+                           concurrency_group=call.group)
 
     # -- user threads ----------------------------------------------------------------------
     def track(self, actor_id: bytes, class_name: str, max_task_retries: int = 0,
@@ -212,7 +212,12 @@ class ActorCaller:
                     client.current_task_id or b"")
         self.calls[task_id] = call
         if not top_refs:
-            self._carry(self._handle(Submit(rec.actor_id, task_id)), on_loop=False)
+            with self._lock:
+                sent = self.core.submit_fast(rec.actor_id, task_id)
+            if sent is None:  # not alive (yet): the core queues it, or fails it
+                self._carry(self._handle(Submit(rec.actor_id, task_id)), on_loop=False)
+            else:  # the common case: straight to the worker from this thread
+                client.send_direct(sent[0], self._message(call, sent[1]))
             return task_id
         ordered = not rec.unordered
         if ordered:
@@ -385,8 +390,7 @@ class ActorCaller:
         # thread's event touches (a call is answered only once it was sent), and every
         # other loop-thread event runs on this thread. A user thread holding the lock when
         # the GIL switches would otherwise stall the loop for a switch interval (5 ms).
-        done = self.core.handle(Completed(call.rec.actor_id, msg.task_id))
-        if not done:
+        if not self.core.complete_fast(call.rec.actor_id, msg.task_id):
             return  # not in flight: an answer from a worker the call no longer waits on
         del self.calls[msg.task_id]
         if msg.borrowed:

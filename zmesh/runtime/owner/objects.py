@@ -128,7 +128,8 @@ class ObjectTable:
             else:
                 freed = self._drop_freed(actions)
         for oid, entry in freed:
-            self._post(self._on_free, oid, entry)
+            if self.free_needs_loop(oid, entry):  # most refs are owned inline values
+                self._post(self._on_free, oid, entry)
 
     def add_submitted(self, object_ids: Sequence[bytes]) -> None:
         self.handle(AddSubmitted(tuple(object_ids)))
