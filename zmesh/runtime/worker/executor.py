@@ -13,6 +13,7 @@ import inspect
 import os
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,7 @@ class Executor:
         self.client = client
         self.pid = os.getpid()
         self.functions: dict[bytes, Any] = {}
-        self.produced: dict[bytes, m.Value] = {}  # recent results, for chained tasks
+        self.produced: OrderedDict[bytes, m.Value] = OrderedDict()  # recent results, for chained tasks
         self._contained: dict[bytes, list[bytes]] = {}  # task id -> our refs in its returns
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.mailbox: Mailbox[m.ActorCall] = Mailbox()
@@ -234,12 +235,15 @@ class Executor:
         return out
 
     def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any]) -> None:
-        events.recorder.end(task_id, not any(v.is_error for v in returns))
+        ok = True
         produced = self.produced
         for i, value in enumerate(returns):
             produced[IdGen.object_id(task_id, i)] = value
-        while len(produced) > 256:
-            del produced[next(iter(produced))]
+            if value.is_error:
+                ok = False
+        events.recorder.end(task_id, ok)
+        while len(produced) > 256:  # (an OrderedDict: a dict's oldest key is found by a scan)
+            produced.popitem(last=False)
         borrowed: list[bytes] = []
         if refs:
             ids = {r.id for r in refs if r.owner != self.client.address}
