@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -22,56 +24,70 @@ from zmesh.protocol.messages import placement as p
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.node.actor_entries import ActorEntry
 
-if TYPE_CHECKING:
-    from zmesh.runtime.node.server import Node
-
 logger = logging.getLogger("zmesh.node")
 
 PASSED_ON_LIMIT = 4096  # leases remembered after passing them on
 
 
+@dataclass(frozen=True)
+class ForwardPorts:
+    """What the forwarder may do to the rest of its node (no `Node` of its own)."""
+
+    send: Callable[[str, Any], Any]  # (address, message)
+    on: Callable[[type[Any], Callable[[str, Any, list[Any]], None]], Any]  # register a handler
+    own_address: str  # this node's mesh address (a lease's origin)
+    live_address: Callable[[str], str | None]  # node id -> its address while it is alive
+    function_blob: Callable[[bytes], bytes]  # a function id -> its pickled body (b"" unknown)
+    actor_entry: Callable[[bytes], ActorEntry | None]  # an actor this node homes
+    schedule_actor: Callable[[ActorEntry], None]  # place it again here
+    host_actor: Callable[..., None]  # (spec, *, home, hops, restarts): run one sent here
+    lease_request: Callable[..., None]  # (lease_id, request, *, origin, hops)
+    lease_event: Callable[[nl.Event], None]  # an event for the node-lease core
+    actors_node_gone: Callable[[str, str, str], None]  # (node id, address, why)
+    groups_node_gone: Callable[[str, str], None]  # (node id, address)
+
+
 class Forwarder:
     """Carries out `Forward` decisions and answers the other nodes (loop thread only)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, ports: ForwardPorts) -> None:
+        self.ports = ports
         # Leases this node passed on to another (lease id -> where): a return that reaches
         # us before the origin learned where the lease was granted follows it (bounded).
         self.passed_on: OrderedDict[bytes, str] = OrderedDict()
         # Leases other nodes forwarded here (bounded): a duplicated ForwardLease is ignored,
         # not placed a second time (that failed the task with "already submitted").
         self.taken: OrderedDict[tuple[bytes, int], None] = OrderedDict()
-        loop = node.loop
-        loop.on(p.ForwardLease, self._on_forward_lease)
-        loop.on(p.ForwardedLeaseState, self._on_lease_state)
-        loop.on(p.ForwardActor, self._on_forward_actor)
+        ports.on(p.ForwardLease, self._on_forward_lease)
+        ports.on(p.ForwardedLeaseState, self._on_lease_state)
+        ports.on(p.ForwardActor, self._on_forward_actor)
 
     # -- sending work away -----------------------------------------------------------------
     def forward(self, d: Forward) -> None:
         """Send an actor to the node the scheduler chose (leases go through `send_lease`)."""
-        node = self.node
-        address = node.mesh.live_address(d.node_id) if node.mesh is not None else None
-        entry = node.actors.actors.get(d.work_id)
+        ports = self.ports
+        address = ports.live_address(d.node_id)
+        entry = ports.actor_entry(d.work_id)
         if entry is None:
             return
         if address is None:  # the view moved on; place it again here
             logger.info("forward of actor %s to %s: node is gone; rescheduling",
                         d.work_id.hex(), d.node_id)
             entry.hops = d.request.hops
-            node.actors.schedule(entry)
+            ports.schedule_actor(entry)
             return
         self._forward_actor(entry, address, d.request.hops)
 
     def send_lease(self, action: nl.ForwardLease) -> str | None:
         """Send a lease request on to node `action.node_id`: its address, or None if gone."""
-        node = self.node
-        address = node.mesh.live_address(action.node_id) if node.mesh is not None else None
+        ports = self.ports
+        address = ports.live_address(action.node_id)
         if address is None:
             logger.info("forward of lease %s to %s: node is gone; rescheduling",
                         action.lease_id.hex(), action.node_id)
             return None
-        node.loop.send(address, p.ForwardLease(
-            lease_id=action.lease_id, origin=action.origin or node.mesh_address,
+        ports.send(address, p.ForwardLease(
+            lease_id=action.lease_id, origin=action.origin or ports.own_address,
             request=action.payload, hops=action.hops))
         return address
 
@@ -83,9 +99,9 @@ class Forwarder:
 
     def _forward_actor(self, entry: ActorEntry, address: str, hops: int) -> None:
         spec = entry.spec
-        blob = spec.fn_blob or self.node.functions.get(spec.fn_id, b"")
+        blob = spec.fn_blob or self.ports.function_blob(spec.fn_id)
         entry.remote = address
-        self.node.loop.send(address, p.ForwardActor(
+        self.ports.send(address, p.ForwardActor(
             spec=msgspec.structs.replace(spec, fn_blob=blob), hops=hops, restarts=entry.restarts))
 
     # -- taking work from another node -----------------------------------------------------
@@ -96,26 +112,24 @@ class Forwarder:
         self.taken[key] = None
         while len(self.taken) > PASSED_ON_LIMIT:
             self.taken.popitem(last=False)
-        self.node.lease_shell.request(msg.lease_id, msg.request, origin=msg.origin,
-                                      hops=msg.hops)
+        self.ports.lease_request(msg.lease_id, msg.request, origin=msg.origin, hops=msg.hops)
 
     def _on_forward_actor(self, sender: str, msg: p.ForwardActor, bufs: list[Any]) -> None:
-        self.node.actors.host_forwarded(msg.spec, home=sender, hops=msg.hops,
-                                        restarts=msg.restarts)
+        self.ports.host_actor(msg.spec, home=sender, hops=msg.hops, restarts=msg.restarts)
 
     def _on_lease_state(self, sender: str, msg: p.ForwardedLeaseState, bufs: list[Any]) -> None:
-        self.node.lease_shell.handle(nl.RemoteLeaseState(msg.lease_id, sender,
-                                                         granted=msg.state == "granted"))
+        self.ports.lease_event(nl.RemoteLeaseState(msg.lease_id, sender,
+                                                   granted=msg.state == "granted"))
 
     def return_passed_on(self, msg: m.ReturnLease) -> None:
         """A return for a lease we passed on: send it after the lease."""
         address = self.passed_on.pop(msg.lease_id, None)
         if address is not None:
-            self.node.loop.send(address, msg)
+            self.ports.send(address, msg)
 
     # -- a node died or left ---------------------------------------------------------------
     def node_gone(self, node_id: str, address: str, why: str) -> None:
-        node = self.node
-        node.lease_shell.handle(nl.PeerDied(address, node_id, why))
-        node.actors.node_gone(node_id, address, why)
-        node.groups.node_gone(node_id, address)
+        ports = self.ports
+        ports.lease_event(nl.PeerDied(address, node_id, why))
+        ports.actors_node_gone(node_id, address, why)
+        ports.groups_node_gone(node_id, address)

@@ -29,7 +29,7 @@ from zmesh.runtime.node.actors import ActorManager
 from zmesh.runtime.node.answers import NodeAnswers
 from zmesh.runtime.node.control import ControlAgent
 from zmesh.runtime.node.credentials import HelloDesk
-from zmesh.runtime.node.forward import Forwarder
+from zmesh.runtime.node.forward import Forwarder, ForwardPorts
 from zmesh.runtime.node.groups import GROUP_DECISIONS, GroupRelay
 from zmesh.runtime.node.leases import LeasePorts, LeaseShell
 from zmesh.runtime.node.mesh import MeshAgent
@@ -131,7 +131,17 @@ class Node:
              "ZMESH_JOB_ID": self.job_id, **_worker_bind_env(host)})
         self.control = ControlAgent(self.loop, self.mesh_address)
         self.actors = ActorManager(self)
-        self.forwarder = Forwarder(self)
+        self.forwarder = Forwarder(ForwardPorts(
+            send=self.loop.send, on=self.loop.on, own_address=self.mesh_address,
+            live_address=lambda nid: self.mesh.live_address(nid) if self.mesh else None,
+            function_blob=lambda fid: self.functions.get(fid, b""),
+            actor_entry=lambda aid: self.actors.actors.get(aid),
+            schedule_actor=lambda entry: self.actors.schedule(entry),
+            host_actor=lambda *a, **k: self.actors.host_forwarded(*a, **k),
+            lease_request=lambda *a, **k: self.lease_shell.request(*a, **k),
+            lease_event=lambda event: self.lease_shell.handle(event),
+            actors_node_gone=lambda *a: self.actors.node_gone(*a),
+            groups_node_gone=lambda *a: self.groups.node_gone(*a)))
         self.groups = GroupRelay(self)
         self.mesh_queries = MeshQueries(self)
         self.lease_shell = LeaseShell(self.scheduler, LeasePorts(
