@@ -1,6 +1,8 @@
 """What a node answers to `Query` messages: resources, nodes, leases, the store, metrics,
 ops and actor queries (`zmesh status`, `zmesh list`, the dashboard, tests). Read-only: it
-looks at the node through `NodeView` and changes nothing."""
+reads the node's tables and changes nothing. Unlike the shells that act (leases, forwarding,
+store room), it takes the `Node` itself: what it reads is some twenty of the node's tables,
+so a port for each would be no narrower, and it sends nothing but its replies."""
 
 from __future__ import annotations
 
