@@ -11,7 +11,7 @@ import runtime_program
 
 import zmesh
 from zmesh.errors import OwnerDiedError
-from zmesh.testing import sim_mesh
+from zmesh.testing import FaultPlan, KillWorker, sim_mesh
 from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
@@ -95,3 +95,27 @@ def test_a_borrower_asks_a_live_owner_again_when_its_answer_was_lost() -> None:
         start = mesh.now
         assert zmesh.get(out, timeout=60) == 41
         assert mesh.now - start < 20.0
+
+
+@zmesh.remote(max_restarts=-1, max_task_retries=-1)
+class Numbered:
+    def call(self, i: int) -> int:
+        return i
+
+
+@zmesh.remote(max_retries=-1)
+def square(x: int) -> int:
+    return x * x
+
+
+def test_an_alive_report_from_a_worker_killed_before_it_arrived_is_not_believed() -> None:
+    # Hypothesis plan seed 2: the actor's worker was SIGKILLed while its "alive" report was
+    # on its way. The home node restarted the actor, then took the dead worker's late report
+    # for the new incarnation's: the caller sent its calls to the dead address and every
+    # call hung. A report now counts only from the worker the actor is starting on.
+    plan = FaultPlan(seed=2, nodes=3, faults=(KillWorker(at=0.0006),))
+    with sim_mesh(nodes=3, seed=2, faults=plan) as mesh:
+        actor = Numbered.remote()  # type: ignore[attr-defined]
+        assert zmesh.get(square.remote(3), timeout=30) == 9
+        assert [zmesh.get(actor.call.remote(i), timeout=30) for i in range(3)] == [0, 1, 2]
+        assert mesh.faults_injected == 1, mesh.story(20)

@@ -153,6 +153,8 @@ class ActorManager:
                 return
             self.run(entry, life.HostReported(state, msg.address, msg.reason, msg.restarts,
                                               msg.error))
+        elif entry.worker is None or sender != entry.worker.address:
+            return  # from a worker that died before its report came: a new one is starting
         elif msg.state == "alive":
             self.run(entry, life.Started(msg.address))
         else:  # __init__ raised: dead for good, and its worker goes too
