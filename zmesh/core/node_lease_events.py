@@ -23,6 +23,7 @@ __all__ = [
     "RemoteLeaseState",
     "ForwardSent",
     "ForwardFailed",
+    "ForwardRepeated",
     "LeaseEvicted",
     "Scheduled",
     "Timer",
@@ -44,6 +45,7 @@ __all__ = [
     "FollowPassedOn",
     "PassedOn",
     "Decided",
+    "TellOrigin",
     "Event",
     "Action",
     "SIGTERM",
@@ -151,6 +153,15 @@ class ForwardFailed:
 
 
 @dataclass(frozen=True)
+class ForwardRepeated:
+    """Origin node `origin` sent again a lease it forwarded here (it heard nothing back):
+    say again what became of it."""
+
+    lease_id: bytes
+    origin: str
+
+
+@dataclass(frozen=True)
 class LeaseEvicted:
     """Its placement group was removed: the scheduler already freed it; its worker dies."""
 
@@ -178,7 +189,8 @@ class NodeStopping:
 
 Event = Union[LeaseRequested, LeaseReturned, WorkerStarted, WorkerExited, WorkerBlocked,
               WorkerWanted, WorkerGivenBack, OwnerDied, PeerDied, RemoteLeaseState,
-              ForwardSent, ForwardFailed, LeaseEvicted, Scheduled, Timer, NodeStopping]
+              ForwardSent, ForwardFailed, ForwardRepeated, LeaseEvicted, Scheduled, Timer,
+              NodeStopping]
 
 
 # -- actions ---------------------------------------------------------------------------------
@@ -319,6 +331,15 @@ class PassedOn:
 
 
 @dataclass(frozen=True)
+class TellOrigin:
+    """Tell the lease's origin node where it stands: granted to `worker`, or (None) done."""
+
+    lease_id: bytes
+    origin: str
+    worker: bytes | None
+
+
+@dataclass(frozen=True)
 class Decided:
     """A scheduler decision that is not about a lease (actors, groups): route it on."""
 
@@ -327,4 +348,4 @@ class Decided:
 
 Action = Union[Grant, RefuseLease, LeaseDone, TellWorkerExited, Revoke, Warn, SpawnWorker,
                KillWorker, RetireWorker, HandWorker, HandedWorkerDied, SetTimer, ForwardLease,
-               ReturnToRemote, FollowPassedOn, PassedOn, Decided]
+               ReturnToRemote, FollowPassedOn, PassedOn, Decided, TellOrigin]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from zmesh.core.node_lease_events import (
     FollowPassedOn,
     ForwardFailed,
     ForwardLease,
+    ForwardRepeated,
     ForwardSent,
     Grant,
     HandedWorkerDied,
@@ -50,6 +52,7 @@ from zmesh.core.node_lease_events import (
     Scheduled,
     SetTimer,
     SpawnWorker,
+    TellOrigin,
     TellWorkerExited,
     Timer,
     Warn,
@@ -77,6 +80,12 @@ STORY_LEN = 2048
 STOP_GRACE_S = 2.0
 """A dead owner's busy worker gets SIGTERM, then SIGKILL after this."""
 
+FORWARD_SWEEP_S = 2.0
+"""How often an origin node looks over the leases it forwarded: one not known granted for a
+whole period is sent again (the ForwardLease or the word of its grant may have been lost)."""
+
+SWEEP_KEY = ("forwarded", b"")
+
 
 class WorkerRole(enum.Enum):
     IDLE = "idle"
@@ -100,6 +109,8 @@ class Lease:
     origin: str = ""  # the node that forwarded it here (it keeps a record)
     remote: str = ""  # the node we forwarded it to (we are its origin)
     remote_granted: bool = False
+    forwarded: ForwardLease | None = None  # how we forwarded it (sent again if nothing came)
+    quiet: bool = False  # a forward sweep found it not granted yet (the next one resends)
     worker: bytes | None = None
     lent: bool = False  # its worker is blocked in get/wait and lent its CPU out
     evicted: bool = False  # its placement group was removed: the scheduler freed it already
@@ -128,6 +139,7 @@ class NodeLeases:
         self.workers: dict[bytes, _Worker] = {}
         self.queues = _Queues()
         self.stopping = False
+        self.sweeping = False  # a forward sweep is armed
         self._log: deque[tuple[Event, list[Action]]] = deque(maxlen=story_len)
 
     # -- queries ---------------------------------------------------------------------------
@@ -195,6 +207,8 @@ class NodeLeases:
                 else:
                     del self.leases[event.lease_id]
                 return []
+            case ForwardRepeated():
+                return self._repeated(event)
             case ForwardSent():
                 lease = self.leases.get(event.lease_id)
                 if lease is None:
@@ -203,10 +217,17 @@ class NodeLeases:
                     del self.leases[event.lease_id]
                     return [PassedOn(event.lease_id, event.address)]
                 lease.remote = event.address
+                if not self.sweeping:
+                    self.sweeping = True
+                    return [SetTimer(FORWARD_SWEEP_S, SWEEP_KEY)]
                 return []
             case ForwardFailed():
                 lease = self.leases.get(event.lease_id)
-                return self._submit(lease, event.hops) if lease is not None else []
+                if lease is None:
+                    return []
+                if lease.remote:  # sent again, and its node is gone meanwhile
+                    return self._lost_remote(lease, "its node is gone")
+                return self._submit(lease, event.hops)
             case LeaseEvicted():
                 lease = self.leases.get(event.lease_id)
                 if lease is None:
@@ -219,6 +240,8 @@ class NodeLeases:
             case Scheduled():
                 return self._route(event.decisions)
             case Timer():
+                if event.key == SWEEP_KEY:
+                    return self._sweep()
                 rec = self.workers.get(event.key[1])
                 if rec is not None and rec.role is WorkerRole.STOPPING:
                     return [KillWorker(rec.worker, SIGKILL)]
@@ -257,8 +280,10 @@ class NodeLeases:
                 out.append(RefuseLease(lease.lease_id, lease.owner, lease.request_id, d.error,
                                        lease.origin))
             elif isinstance(d, Forward):
-                out.append(ForwardLease(lease.lease_id, d.node_id, d.request.hops,
-                                        lease.origin, lease.payload))
+                lease.forwarded = ForwardLease(lease.lease_id, d.node_id, d.request.hops,
+                                               lease.origin, lease.payload)
+                lease.quiet = False
+                out.append(lease.forwarded)
             else:
                 out.append(Decided(d))
         return out
@@ -342,17 +367,56 @@ class NodeLeases:
         out: list[Action] = []
         for lease in list(self.leases.values()):
             if lease.remote == event.address:
-                if lease.remote_granted:
-                    del self.leases[lease.lease_id]
-                    out.append(TellWorkerExited(lease.lease_id, lease.owner, None,
-                                                f"its node {event.node_id} {event.why}"))
-                else:
-                    lease.remote = ""
-                    out += self._submit(lease, 0)
+                out += self._lost_remote(lease, f"its node {event.node_id} {event.why}")
             elif lease.origin == event.address:
                 lease.origin = ""  # its owner went with that node
                 out += self._release(lease)
         return out
+
+    def _lost_remote(self, lease: Lease, why: str) -> list[Action]:
+        """The node holding a lease we forwarded is gone. Its worker went with it: the owner
+        retries what it sent there. If no word of a grant came, the grant may still have
+        reached the owner (only the word to us was lost), so the request is placed again
+        under a fresh lease id: the owner takes that grant only if it still waits for one,
+        and gives it back otherwise; a stale id can never be mistaken for the new lease."""
+        del self.leases[lease.lease_id]
+        out: list[Action] = [TellWorkerExited(lease.lease_id, lease.owner, None, why)]
+        if lease.remote_granted:
+            return out
+        new_id = hashlib.blake2b(lease.lease_id, digest_size=len(lease.lease_id),
+                                 person=b"zmesh-replace").digest()
+        again = dataclasses.replace(
+            lease, lease_id=new_id, request=dataclasses.replace(lease.request, work_id=new_id),
+            remote="", remote_granted=False, forwarded=None, quiet=False)
+        self.leases[new_id] = again
+        return out + self._submit(again, 0)
+
+    def _sweep(self) -> list[Action]:
+        """Send again each forwarded lease that stayed without word of a grant for a whole
+        sweep period; keep sweeping while any is forwarded and not known granted."""
+        out: list[Action] = []
+        waiting = False
+        for lease in self.leases.values():
+            if not lease.remote or lease.remote_granted or lease.forwarded is None:
+                continue
+            waiting = True
+            if lease.quiet:
+                out.append(lease.forwarded)
+            lease.quiet = True
+        self.sweeping = waiting
+        if waiting:
+            out.append(SetTimer(FORWARD_SWEEP_S, SWEEP_KEY))
+        return out
+
+    def _repeated(self, event: ForwardRepeated) -> list[Action]:
+        """A lease forwarded here came again: say again where it stands (the first word may
+        have been lost); one still waiting for resources says nothing yet."""
+        lease = self.leases.get(event.lease_id)
+        if lease is None:
+            return [TellOrigin(event.lease_id, event.origin, None)]
+        if lease.origin != event.origin or lease.worker is None:
+            return []
+        return [TellOrigin(lease.lease_id, event.origin, lease.worker)]
 
     # -- workers ---------------------------------------------------------------------------
     def _give_idle(self, worker: bytes) -> list[Action]:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zmesh.core import node_lease_events as ev
+from zmesh.core import node_leases
 from zmesh.core.node_leases import NodeLeases, WorkerRole
 from zmesh.core.resources import SCALE
 from zmesh.core.scheduler import LocalScheduler
@@ -179,3 +180,63 @@ def test_story_names_what_happened_to_one_lease():
     story = h.core.story(b"L1")
     assert [line.split("(")[0] for line in story] == ["LeaseRequested", "WorkerStarted",
                                                       "LeaseReturned"]
+
+
+def _forwarded(h: Harness) -> ev.ForwardLease:
+    """L1 (4 CPUs: only node n2 has them) requested here and forwarded to n2."""
+    from zmesh.core.resources import NodeResources
+
+    h.sched.update_cluster({"n2": NodeResources.of({"CPU": 4.0})})
+    actions = h.core.handle(ev.LeaseRequested(b"L1", OWNERS[0], 7, "f",
+                                              Request(b"L1", "task", {"CPU": 4.0})))
+    forward = [a for a in actions if isinstance(a, ev.ForwardLease)]
+    assert len(forward) == 1 and forward[0].node_id == "n2", actions
+    return forward[0]
+
+
+def test_a_forward_with_no_word_of_a_grant_is_sent_again_each_sweep_until_one_comes():
+    # Under the chaos runs' 5% drop a ForwardLease (or the word of its grant) was lost and
+    # the origin waited forever; it now sends the request again and the holder answers again.
+    h = Harness()
+    forward = _forwarded(h)
+    assert h.core.handle(ev.ForwardSent(b"L1", "tcp://n2")) == [
+        ev.SetTimer(node_leases.FORWARD_SWEEP_S, node_leases.SWEEP_KEY)]
+    sweep = ev.Timer(node_leases.SWEEP_KEY)
+    first = h.core.handle(sweep)  # not a whole period old yet: nothing sent
+    assert forward not in first and ev.SetTimer(node_leases.FORWARD_SWEEP_S,
+                                                node_leases.SWEEP_KEY) in first
+    assert forward in h.core.handle(sweep)  # a whole period of silence: sent again
+    h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))
+    assert h.core.handle(sweep) == []  # granted: the sweep stops
+    assert not h.core.sweeping
+
+
+def test_a_holder_asked_again_says_again_where_the_lease_stands():
+    h = Harness()
+    h.feed(ev.WorkerStarted(b"w1"))
+    h.feed(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(b"L1", "task", {"CPU": 1.0}),
+                             origin="tcp://n0"))
+    assert h.core.handle(ev.ForwardRepeated(b"L1", "tcp://n0")) == [
+        ev.TellOrigin(b"L1", "tcp://n0", b"w1")]
+    h.feed(ev.LeaseReturned(b"L1"))
+    assert h.core.handle(ev.ForwardRepeated(b"L1", "tcp://n0")) == [
+        ev.TellOrigin(b"L1", "tcp://n0", None)]
+
+
+def test_a_lost_holder_whose_grant_we_never_heard_of_is_replaced_under_a_fresh_id():
+    # Chaos seed 18: the word of a grant was dropped, then the holder's node died. The
+    # origin placed the request again under the same id: the owner took that grant for a
+    # duplicate of the one it held, and the tasks it had sent to the dead worker hung. The
+    # owner is now told the old lease's worker exited, and the new grant has its own id.
+    h = Harness()
+    _forwarded(h)
+    h.core.handle(ev.ForwardSent(b"L1", "tcp://n2"))
+    h.sched.update_cluster({})
+    h.feed(ev.WorkerStarted(b"w1"))
+    actions = h.core.handle(ev.PeerDied("tcp://n2", "n2", "died"))
+    exited = [a for a in actions if isinstance(a, ev.TellWorkerExited)]
+    assert [(a.lease_id, a.owner) for a in exited] == [(b"L1", OWNERS[0])]
+    assert b"L1" not in h.core.leases and len(h.core.leases) == 1
+    (new_id,) = h.core.leases
+    assert new_id != b"L1" and len(new_id) == len(b"L1")
+    h.core.validate()

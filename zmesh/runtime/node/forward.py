@@ -107,7 +107,12 @@ class Forwarder:
     # -- taking work from another node -----------------------------------------------------
     def _on_forward_lease(self, sender: str, msg: p.ForwardLease, bufs: list[Any]) -> None:
         key = (msg.lease_id, msg.hops)  # a lease may come back after more hops, not twice
-        if key in self.taken:
+        if key in self.taken:  # sent again: its origin heard nothing back
+            ahead = self.passed_on.get(msg.lease_id)
+            if ahead is not None:
+                self.node.loop.send(ahead, msg)
+            else:
+                self.node.lease_shell.handle(nl.ForwardRepeated(msg.lease_id, msg.origin))
             return
         self.taken[key] = None
         while len(self.taken) > PASSED_ON_LIMIT:

@@ -184,6 +184,11 @@ class LeaseShell:
                     ports.passed_on(action.lease_id, action.address)
                 case nl.Decided():
                     ports.decided(action.decision)
+                case nl.TellOrigin():
+                    info = self.infos.get(action.worker) if action.worker else None
+                    ports.send(action.origin, p.ForwardedLeaseState(
+                        lease_id=action.lease_id, state="granted" if info else "done",
+                        worker_address=info.address if info else ""))
                 case _:
                     assert_never(action)
 
