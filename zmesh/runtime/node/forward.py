@@ -110,9 +110,9 @@ class Forwarder:
         if key in self.taken:  # sent again: its origin heard nothing back
             ahead = self.passed_on.get(msg.lease_id)
             if ahead is not None:
-                self.node.loop.send(ahead, msg)
+                self.ports.send(ahead, msg)
             else:
-                self.node.lease_shell.handle(nl.ForwardRepeated(msg.lease_id, msg.origin))
+                self.ports.lease_event(nl.ForwardRepeated(msg.lease_id, msg.origin))
             return
         self.taken[key] = None
         while len(self.taken) > PASSED_ON_LIMIT:
