@@ -13,10 +13,12 @@ producer -> consumer over torch.distributed, never through pickling or the objec
 
 Any holder may pass the ref on; the producer frees the tensors when the last ref is gone;
 a consumer whose producer died gets TensorTransportError. Works for threaded and async
-actors (the producer serves transfers on its own threads).
+actors (the producer serves transfers on its own threads). Large host tensors are received
+into warm blocks, reused once the tensors are gone (`empty_cache()` releases idle ones).
 """
 
+from zmesh.tensor_transport.pool import empty_cache
 from zmesh.tensor_transport.types import TensorTransportError
 from zmesh.tensor_transport.value import Transported, keep, kept_count
 
-__all__ = ["TensorTransportError", "Transported", "keep", "kept_count"]
+__all__ = ["TensorTransportError", "Transported", "empty_cache", "keep", "kept_count"]

@@ -2,8 +2,8 @@
 
 One 2-rank process group per producer, formed on first use (a `tensor_pair` query to the
 producer, then a rendezvous in the mesh's KV) and reused after; requests on one pair are
-serialized (threads of one process share it). A transfer is: the key, over the group; a
-status back; the tensors.
+serialized (threads of one process share it). A transfer is: every receive posted, then
+the key (and tensor count) over the group; a status back and the tensors, in one go.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from zmesh.tensor_transport import producer as p
+from zmesh.tensor_transport.pool import POOL
 from zmesh.tensor_transport.types import TensorTransportError
 
 CONNECT_TIMEOUT_S = 10.0
@@ -45,7 +46,12 @@ _pairs_lock = threading.Lock()
 def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str]],
           device: str, producer: str) -> list[Any]:
     """The tensors kept under `key` by the producer at `address`, received into new
-    buffers (on `device`); TensorTransportError when the producer died or freed them."""
+    buffers (on `device`; large host ones from the warm pool); TensorTransportError when the
+    producer died or freed them.
+
+    One hop before the data: every receive (status and tensors) is posted before the request
+    goes out, so the producer's sends land straight in place as soon as it has read the key.
+    """
     import torch
 
     try:
@@ -53,14 +59,23 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             pair = _pairs.get((address, backend))
             if pair is None:
                 pair = _pairs[(address, backend)] = _Pair(address, backend)
-        out = [torch.empty(shape, dtype=getattr(torch, dtype), device=device)
-               for shape, dtype in metas]
-        request = torch.frombuffer(bytearray(key.encode().ljust(p.KEY_BYTES)[:p.KEY_BYTES]),
-                                   dtype=torch.uint8)
+        out = [_empty(shape, getattr(torch, dtype), device) for shape, dtype in metas]
+        request = p.encode_request(key, len(out))
         status = torch.empty(1, dtype=torch.int64)
         with pair.lock:
+            works = [pair.pg.recv([status], 0, p.TAG_STATUS)]
+            works += [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
             sent = pair.pg.send([request], 0, p.TAG_REQUEST)
-            pair.pg.recv([status], 0, p.TAG_STATUS).wait()
+            works[0].wait()
+            if int(status.item()) != p.STATUS_OK and out:
+                # the posted receives must still be matched: the producer fills them with
+                # zeros of the sizes we tell it (a path that should never run: our ref
+                # keeps the tensors alive)
+                sizes = torch.tensor([t.numel() * t.element_size() for t in out],
+                                     dtype=torch.int64)
+                works.append(pair.pg.send([sizes], 0, p.TAG_SIZES))
+            for work in works[1:]:
+                work.wait()
             sent.wait()  # done by now: the status answers it
             if pair.fresh:
                 pair.fresh = False
@@ -68,9 +83,6 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             if int(status.item()) != p.STATUS_OK:
                 raise TensorTransportError(f"tensors of {producer} cannot be fetched: gone: "
                                            f"the tensors were freed (no ref was left)")
-            works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
-            for work in works:
-                work.wait()
         return out
     except TensorTransportError:
         raise
@@ -80,6 +92,14 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
         raise TensorTransportError(
             f"tensors of {producer} cannot be fetched: the producer died or stopped "
             f"answering ({type(exc).__name__}: {exc})") from exc
+
+
+def _empty(shape: list[int], dtype: Any, device: str) -> Any:
+    import torch
+
+    if device == "cpu":
+        return POOL.empty(shape, dtype)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _forget(pair_id: str) -> None:

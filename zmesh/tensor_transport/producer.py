@@ -5,8 +5,9 @@ key and accepts pairing requests: a consumer asks (a `tensor_pair` query over th
 authenticated links, to this process's client address), and both sides form a 2-rank
 process group whose rendezvous keys live in the mesh's KV (no port is opened for it). Each
 pair gets a thread here that stays blocked in a receive on that group: a request (the key)
-arrives over gloo/NCCL itself, the thread answers a status and sends the tensors. No store
-round trip and no other thread hand-off per transfer.
+arrives over gloo/NCCL itself, the thread answers a status and sends the tensors into the
+receives the consumer posted before asking. No store round trip, no other thread hand-off
+and no handshake per transfer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import msgspec
 
 STORE_TIMEOUT_S = 300.0
 KEY_BYTES = 32  # a key is a uuid4 hex string
-TAG_REQUEST, TAG_STATUS, TAG_FIRST_TENSOR = 0, 1, 2
+REQUEST_BYTES = KEY_BYTES + 8  # the key, then the count of tensors asked for
+MAX_TENSORS = 1 << 20
+TAG_REQUEST, TAG_STATUS, TAG_SIZES, TAG_FIRST_TENSOR = 0, 1, 2, 3
 STATUS_OK, STATUS_GONE = 1, 0
 
 
@@ -88,23 +91,53 @@ class KeptTensors:
             pg = pair_group(pair_id, 0, backend)
         except Exception:  # noqa: BLE001 - the consumer never came (its fetch fails alone)
             return
-        request = torch.empty(KEY_BYTES, dtype=torch.uint8)
+        request = torch.empty(REQUEST_BYTES, dtype=torch.uint8)
         status = torch.empty(1, dtype=torch.int64)
         while True:
             try:
                 pg.recv([request], 1, TAG_REQUEST).wait()
-                tensors = self.get(bytes(request.tolist()).decode(errors="replace"))
+                key, count = decode_request(request)
+                if not 0 <= count <= MAX_TENSORS:
+                    return  # not a consumer of ours: drop the pair
+                tensors = self.get(key)
+                if tensors is not None and len(tensors) != count:
+                    tensors = None  # not what the consumer expects: refuse, as for a freed key
                 status.fill_(STATUS_GONE if tensors is None else STATUS_OK)
-                # post every send at once (gloo holds each until the consumer's receive is
-                # posted) and wait once: one wake-up here per transfer
+                # post every send at once (the consumer posted its receives before asking)
+                # and wait once: one wake-up here per transfer
                 works = [pg.send([status], 1, TAG_STATUS)]
-                works += [pg.send([t], 1, TAG_FIRST_TENSOR + i)
-                          for i, t in enumerate(tensors or ())]
+                if tensors is None:
+                    tensors = self._fillers(pg, count) if count else []
+                works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
                 for work in works:
                     work.wait()
-                self.sent_bytes += sum(t.numel() * t.element_size() for t in tensors or ())
+                if status.item() == STATUS_OK:
+                    self.sent_bytes += sum(t.numel() * t.element_size() for t in tensors)
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
                 return
+
+    @staticmethod
+    def _fillers(pg: Any, count: int) -> list[Any]:
+        """Zeros that match the consumer's posted receives (it sends their sizes), so the
+        pair stays in step after a refused request."""
+        import torch
+
+        sizes = torch.empty(count, dtype=torch.int64)
+        pg.recv([sizes], 1, TAG_SIZES).wait()
+        return [torch.zeros(int(n), dtype=torch.uint8) for n in sizes.tolist()]
+
+
+def encode_request(key: str, count: int) -> Any:
+    """The request a consumer sends: the key, then how many tensors it posted receives for."""
+    import torch
+
+    raw = key.encode().ljust(KEY_BYTES)[:KEY_BYTES] + count.to_bytes(8, "little")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+
+def decode_request(request: Any) -> tuple[str, int]:
+    raw = bytes(request.numpy())
+    return raw[:KEY_BYTES].decode(errors="replace"), int.from_bytes(raw[KEY_BYTES:], "little")
 
 
 def pair_group(pair_id: str, rank: int, backend: str) -> Any:

@@ -32,7 +32,7 @@ def _split(value: Any, tensors: list[Any]) -> Any:
     import torch
 
     if isinstance(value, torch.Tensor):
-        tensors.append(value.detach())
+        tensors.append(value.detach().contiguous())  # what send takes
         return _Slot(len(tensors) - 1)
     if isinstance(value, list | tuple):
         items = [_split(v, tensors) for v in value]

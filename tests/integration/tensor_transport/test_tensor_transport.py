@@ -40,6 +40,15 @@ def make_producer(**options):
         def pid(self) -> int:
             return os.getpid()
 
+        def forget_kept(self) -> int:
+            """Free every kept result as if its last ref were gone (a broken refcount)."""
+            from zmesh.tensor_transport.producer import KEPT
+
+            keys = list(KEPT._kept)
+            for key in keys:
+                KEPT.drop(key)
+            return len(keys)
+
     return zmesh.remote(**options)(_Producer) if options else zmesh.remote(_Producer)
 
 
@@ -125,6 +134,25 @@ def test_a_consumer_of_a_dead_producer_fails_clearly(ray):
     assert isinstance(info.value, TensorTransportError) or \
         "TensorTransportError" in str(info.value), info.value
     assert "producer died" in str(info.value)
+
+
+def test_a_freed_result_fails_the_consumer_and_the_pair_goes_on(ray):
+    from zmesh.tensor_transport import TensorTransportError
+
+    p, c = Producer.remote(), Consumer.remote()
+    first = p.weights.remote()
+    assert ray.get(c.load.remote(first), timeout=120)[0] == expected(250_000)
+    gone = p.weights.remote(2.0)
+    ray.get(p.kept.remote(), timeout=120)
+    assert ray.get(p.forget_kept.remote()) == 2
+    with pytest.raises(Exception) as info:
+        ray.get(c.load.remote(gone), timeout=120)
+    assert isinstance(info.value, TensorTransportError) or \
+        "TensorTransportError" in str(info.value), info.value
+    assert "freed" in str(info.value)
+    # the consumer's posted receives were drained: the same pair carries the next transfer
+    assert ray.get(c.load.remote(p.weights.remote(3.0)), timeout=120)[0] == \
+        expected(250_000, 3.0)
 
 
 def test_method_refuses_an_unknown_transport():

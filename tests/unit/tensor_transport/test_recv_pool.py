@@ -1,0 +1,61 @@
+"""The tensor transport's warm receive pool: a block is reused only after every tensor (and
+view) that lent it is gone, never while the user still holds it; the cap and empty_cache
+bound what it keeps."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from zmesh.tensor_transport.pool import POOL_MIN_BYTES, RecvPool
+
+torch = pytest.importorskip("torch")
+
+BIG = [POOL_MIN_BYTES // 4]  # float32 elements: one pooled block
+
+
+def test_a_held_tensor_is_never_reused_and_a_dropped_one_is():
+    pool = RecvPool(cap_bytes=1 << 30)
+    a = pool.empty(BIG, torch.float32)
+    a.fill_(1.0)
+    b = pool.empty(BIG, torch.float32)  # a is held: b must be other memory
+    assert b.data_ptr() != a.data_ptr() and pool.reused == 0
+    b.fill_(2.0)
+    assert float(a.sum()) == BIG[0]
+    ptr = a.data_ptr()
+    view = a[10:20]  # a view keeps the memory lent too
+    del a
+    gc.collect()
+    c = pool.empty(BIG, torch.float32)
+    assert c.data_ptr() != ptr and pool.reused == 0
+    del view
+    gc.collect()
+    d = pool.empty(BIG, torch.float32)
+    assert d.data_ptr() == ptr and pool.reused == 1
+    assert d.shape == torch.Size(BIG) and d.dtype == torch.float32
+
+
+def test_shapes_dtypes_and_small_tensors():
+    pool = RecvPool(cap_bytes=1 << 30)
+    t = pool.empty([512, 1024], torch.bfloat16)
+    assert t.shape == (512, 1024) and t.dtype == torch.bfloat16 and t.is_contiguous()
+    small = pool.empty([3], torch.int64)  # below the pool's threshold: plain memory
+    assert small.shape == (3,) and small.dtype == torch.int64
+    del t, small
+    gc.collect()
+    assert pool.free_bytes == 512 * 1024 * 2
+
+
+def test_the_cap_and_empty_cache_bound_what_is_kept():
+    pool = RecvPool(cap_bytes=POOL_MIN_BYTES)
+    tensors = [pool.empty(BIG, torch.float32) for _ in range(3)]
+    del tensors
+    gc.collect()
+    assert pool.free_bytes == POOL_MIN_BYTES  # one block kept, the others released
+    assert pool.clear() == POOL_MIN_BYTES and pool.free_bytes == 0
+    off = RecvPool(cap_bytes=0)
+    t = off.empty(BIG, torch.float32)
+    del t
+    gc.collect()
+    assert off.free_bytes == 0

@@ -1,0 +1,99 @@
+"""Receive buffers that stay warm: host memory for received tensors, reused once the tensors
+that lent it are gone.
+
+A fresh multi-megabyte buffer costs a page fault per 4 KB page on first touch (the kernel
+zeroes each page): receiving 256 MB into new memory takes about twice as long as into memory
+touched before. So the consumer receives large host tensors into blocks it keeps: each
+tensor handed out is a view of a block, and a finalizer on that view gives the block back
+only when no tensor (nor any view or storage of it) refers to the memory any more, so a
+tensor the user holds is never overwritten. Free blocks are kept up to `cap_bytes` (the
+environment's ZMESH_TENSOR_POOL_BYTES, default 1 GiB; 0 turns pooling off) and matched by
+size rounded up to a page; `empty_cache()` hands them back to the system, as torch's CUDA
+caching allocator does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+POOL_MIN_BYTES = 1 << 20  # smaller tensors come warm from malloc's heap
+PAGE = 4096
+DEFAULT_CAP_BYTES = 1 << 30
+
+
+def _cap_from_env() -> int:
+    raw = os.environ.get("ZMESH_TENSOR_POOL_BYTES", "")
+    try:
+        return max(0, int(raw)) if raw else DEFAULT_CAP_BYTES
+    except ValueError:
+        raise ValueError(f"ZMESH_TENSOR_POOL_BYTES must be a number of bytes, got {raw!r}") \
+            from None
+
+
+class RecvPool:
+    """Warm host blocks for received tensors (thread-safe; blocks come back from finalizers,
+    which run in whichever thread drops the last reference)."""
+
+    def __init__(self, cap_bytes: int) -> None:
+        self.cap_bytes = cap_bytes
+        self._lock = threading.RLock()  # a finalizer may run inside our own allocation
+        self._free: dict[int, list[Any]] = {}
+        self.free_bytes = 0
+        self.reused = 0
+
+    def empty(self, shape: list[int], dtype: Any) -> Any:
+        """An uninitialized CPU tensor of `shape` and `dtype`, in a warm block when large."""
+        import torch
+
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        if nbytes < POOL_MIN_BYTES or self.cap_bytes <= 0:
+            return torch.empty(shape, dtype=dtype)
+        size = -(-nbytes // PAGE) * PAGE
+        block = self._take(size)
+        if block is None:
+            import numpy as np
+
+            block = np.empty(size, dtype=np.uint8)
+        view = block[:nbytes]  # a new ndarray per loan; the tensor's storage holds it
+        weakref.finalize(view, self._give_back, block)
+        return torch.from_numpy(view).view(dtype).view(shape)
+
+    def _take(self, size: int) -> Any:
+        with self._lock:
+            blocks = self._free.get(size)
+            if not blocks:
+                return None
+            block = blocks.pop()
+            self.free_bytes -= size
+            self.reused += 1
+            return block
+
+    def _give_back(self, block: Any) -> None:
+        size = int(block.nbytes)
+        with self._lock:
+            if self.free_bytes + size > self.cap_bytes:
+                return  # over the cap: the block goes back to the system with its last ref
+            self._free.setdefault(size, []).append(block)
+            self.free_bytes += size
+
+    def clear(self) -> int:
+        """Hand every free block back to the system; returns how many bytes that was."""
+        with self._lock:
+            freed = self.free_bytes
+            self._free.clear()
+            self.free_bytes = 0
+            return freed
+
+
+POOL = RecvPool(_cap_from_env())
+
+
+def empty_cache() -> int:
+    """Release the warm receive blocks no tensor uses now (bytes released)."""
+    return POOL.clear()
