@@ -159,13 +159,16 @@ def main() -> None:
     parser.add_argument("--big", action="store_true", help="add 256 MB and 1 GB")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole table")
     parser.add_argument("--reps", type=int, default=0, help="transfers per cell (median)")
+    parser.add_argument("--sizes", default="", help="sizes in MB, comma-separated (e.g. 1,16,256)")
     args = parser.parse_args()
     sizes = [s for s in SIZES if s <= (16 << 20)] if args.quick else SIZES
     if args.big:
         sizes += BIG
+    if args.sizes:
+        sizes = [int(float(mb) * (1 << 20)) for mb in args.sizes.split(",")]
     reps = args.reps or (3 if args.quick else 5)
 
-    zmesh.init(num_cpus=4, object_store_memory=(3 << 30) if args.big else (1 << 30))
+    zmesh.init(num_cpus=4, object_store_memory=(3 << 30) if max(sizes) > (64 << 20) else (1 << 30))
     producer, consumer = Producer.remote(), Consumer.remote()
     members = [Member.remote(r) for r in range(2)]
     col.create_collective_group(members, 2, [0, 1], backend="gloo", group_name="bench")

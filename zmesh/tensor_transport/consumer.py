@@ -3,7 +3,7 @@
 One 2-rank process group per producer, formed on first use (a `tensor_pair` query to the
 producer, then a rendezvous in the mesh's KV) and reused after; requests on one pair are
 serialized (threads of one process share it). A transfer is: every receive posted, then
-the key (and tensor count) over the group; a status back and the tensors, in one go.
+the key (with the tensors' sizes) over the group; a status and the tensors back, in one go.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
     buffers (on `device`; large host ones from the warm pool); TensorTransportError when the
     producer died or freed them.
 
-    One hop before the data: every receive (status and tensors) is posted before the request
+    One hop before the data: every receive (tensors and status) is posted before the request
     goes out, so the producer's sends land straight in place as soon as it has read the key.
+    Even for a freed key every receive is matched (with zeros), so the pair stays usable.
     """
     import torch
 
@@ -60,27 +61,24 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             if pair is None:
                 pair = _pairs[(address, backend)] = _Pair(address, backend)
         out = [_empty(shape, getattr(torch, dtype), device) for shape, dtype in metas]
-        request = p.encode_request(key, len(out))
+        sizes = [t.numel() * t.element_size() for t in out]
+        request, more = p.encode_request(key, sizes), p.extra_sizes(sizes)
         status = torch.empty(1, dtype=torch.int64)
         with pair.lock:
-            works = [pair.pg.recv([status], 0, p.TAG_STATUS)]
-            works += [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
-            sent = pair.pg.send([request], 0, p.TAG_REQUEST)
-            works[0].wait()
-            if int(status.item()) != p.STATUS_OK and out:
-                # the posted receives must still be matched: the producer fills them with
-                # zeros of the sizes we tell it (a path that should never run: our ref
-                # keeps the tensors alive)
-                sizes = torch.tensor([t.numel() * t.element_size() for t in out],
-                                     dtype=torch.int64)
-                works.append(pair.pg.send([sizes], 0, p.TAG_SIZES))
-            for work in works[1:]:
+            done = pair.pg.recv([status], 0, p.TAG_STATUS)
+            works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
+            sent = [pair.pg.send([request], 0, p.TAG_REQUEST)]
+            if more is not None:
+                sent.append(pair.pg.send([more], 0, p.TAG_SIZES))
+            done.wait()
+            for work in works + sent:
                 work.wait()
-            sent.wait()  # done by now: the status answers it
             if pair.fresh:
                 pair.fresh = False
                 _forget(pair.pair_id)
             if int(status.item()) != p.STATUS_OK:
+                # the producer filled our receives with zeros, so the pair stays in step (a
+                # path that should never run: our ref keeps the tensors alive)
                 raise TensorTransportError(f"tensors of {producer} cannot be fetched: gone: "
                                            f"the tensors were freed (no ref was left)")
         return out

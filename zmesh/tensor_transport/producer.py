@@ -21,7 +21,8 @@ import msgspec
 
 STORE_TIMEOUT_S = 300.0
 KEY_BYTES = 32  # a key is a uuid4 hex string
-REQUEST_BYTES = KEY_BYTES + 8  # the key, then the count of tensors asked for
+INLINE_SIZES = 16  # sizes of up to this many tensors ride in the request itself
+REQUEST_BYTES = KEY_BYTES + 8 * (1 + INLINE_SIZES)  # key, count, sizes in bytes
 MAX_TENSORS = 1 << 20
 TAG_REQUEST, TAG_STATUS, TAG_SIZES, TAG_FIRST_TENSOR = 0, 1, 2, 3
 STATUS_OK, STATUS_GONE = 1, 0
@@ -96,48 +97,61 @@ class KeptTensors:
         while True:
             try:
                 pg.recv([request], 1, TAG_REQUEST).wait()
-                key, count = decode_request(request)
+                key, count, sizes = decode_request(request)
                 if not 0 <= count <= MAX_TENSORS:
                     return  # not a consumer of ours: drop the pair
+                if count > INLINE_SIZES:  # sent right behind the request
+                    asked = torch.empty(count, dtype=torch.int64)
+                    pg.recv([asked], 1, TAG_SIZES).wait()
+                    sizes = asked.tolist()
                 tensors = self.get(key)
-                if tensors is not None and len(tensors) != count:
-                    tensors = None  # not what the consumer expects: refuse, as for a freed key
+                if tensors is not None and \
+                        [t.numel() * t.element_size() for t in tensors] != sizes:
+                    tensors = None  # not what the consumer expects: refuse, as a freed key
                 status.fill_(STATUS_GONE if tensors is None else STATUS_OK)
-                # post every send at once (the consumer posted its receives before asking)
-                # and wait once: one wake-up here per transfer
-                works = [pg.send([status], 1, TAG_STATUS)]
+                ok = tensors is not None
                 if tensors is None:
-                    tensors = self._fillers(pg, count) if count else []
+                    # zeros fill the consumer's posted receives: the pair stays in step
+                    tensors = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+                # post every send at once (the consumer posted its receives before asking),
+                # the status first (the consumer wakes on it while the data streams in, in
+                # place); one wait here
+                works = [pg.send([status], 1, TAG_STATUS)]
                 works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
                 for work in works:
                     work.wait()
-                if status.item() == STATUS_OK:
-                    self.sent_bytes += sum(t.numel() * t.element_size() for t in tensors)
+                if ok:
+                    self.sent_bytes += sum(sizes)
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
                 return
 
-    @staticmethod
-    def _fillers(pg: Any, count: int) -> list[Any]:
-        """Zeros that match the consumer's posted receives (it sends their sizes), so the
-        pair stays in step after a refused request."""
-        import torch
 
-        sizes = torch.empty(count, dtype=torch.int64)
-        pg.recv([sizes], 1, TAG_SIZES).wait()
-        return [torch.zeros(int(n), dtype=torch.uint8) for n in sizes.tolist()]
-
-
-def encode_request(key: str, count: int) -> Any:
-    """The request a consumer sends: the key, then how many tensors it posted receives for."""
+def encode_request(key: str, sizes: list[int]) -> Any:
+    """The request a consumer sends: the key, how many tensors it posted receives for and
+    their sizes in bytes (when more than INLINE_SIZES, the sizes follow in a second
+    message, see `extra_sizes`)."""
     import torch
 
-    raw = key.encode().ljust(KEY_BYTES)[:KEY_BYTES] + count.to_bytes(8, "little")
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    inline = sizes if len(sizes) <= INLINE_SIZES else []
+    raw = key.encode().ljust(KEY_BYTES)[:KEY_BYTES] + len(sizes).to_bytes(8, "little") + \
+        b"".join(n.to_bytes(8, "little") for n in inline)
+    return torch.frombuffer(bytearray(raw.ljust(REQUEST_BYTES, b"\0")), dtype=torch.uint8)
 
 
-def decode_request(request: Any) -> tuple[str, int]:
+def extra_sizes(sizes: list[int]) -> Any:
+    """The sizes message that follows a request for more than INLINE_SIZES tensors, or None."""
+    import torch
+
+    return torch.tensor(sizes, dtype=torch.int64) if len(sizes) > INLINE_SIZES else None
+
+
+def decode_request(request: Any) -> tuple[str, int, list[int]]:
     raw = bytes(request.numpy())
-    return raw[:KEY_BYTES].decode(errors="replace"), int.from_bytes(raw[KEY_BYTES:], "little")
+    count = int.from_bytes(raw[KEY_BYTES:KEY_BYTES + 8], "little")
+    inline = min(max(count, 0), INLINE_SIZES)
+    base = KEY_BYTES + 8
+    sizes = [int.from_bytes(raw[base + 8 * i:base + 8 * i + 8], "little") for i in range(inline)]
+    return raw[:KEY_BYTES].decode(errors="replace"), count, sizes
 
 
 def pair_group(pair_id: str, rank: int, backend: str) -> Any:
