@@ -27,6 +27,10 @@ def make_producer(**options):
         def weights(self, scale: float = 1.0):
             return {"w": self.w * scale, "step": 7, "parts": [torch.ones(3, dtype=torch.int64)]}
 
+        @zmesh.method(tensor_transport="gloo")
+        def many(self, n: int):
+            return [torch.full((i + 1,), float(i)) for i in range(n)]
+
         def kept(self) -> int:
             from zmesh.tensor_transport import kept_count
 
@@ -75,6 +79,9 @@ class Consumer:
     def pass_on(self, refs, other):
         # a holder that is not the producer passes the ref on, nested (unresolved)
         return zmesh.get(other.load.remote(refs[0]))
+
+    def total(self, tensors) -> float:
+        return float(sum(float(t.sum()) for t in tensors))
 
     def load_or_error(self, d):
         return "loaded"
@@ -153,6 +160,13 @@ def test_a_freed_result_fails_the_consumer_and_the_pair_goes_on(ray):
     # the consumer's posted receives were drained: the same pair carries the next transfer
     assert ray.get(c.load.remote(p.weights.remote(3.0)), timeout=120)[0] == \
         expected(250_000, 3.0)
+
+
+def test_a_result_of_many_tensors(ray):
+    # past 16 tensors their sizes travel in a message of their own behind the request
+    p, c = Producer.remote(), Consumer.remote()
+    total = ray.get(c.total.remote(p.many.remote(40)), timeout=120)
+    assert total == float(sum(i * (i + 1) for i in range(40)))
 
 
 def test_method_refuses_an_unknown_transport():
