@@ -81,13 +81,16 @@ def main() -> None:
     parser.add_argument("--big", action="store_true", help="add 256 MB and 1 GB")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--sizes", default="", help="sizes in MB, comma-separated (e.g. 1,16,256)")
     args = parser.parse_args()
     sizes = SIZES + (BIG if args.big else [])
+    if args.sizes:
+        sizes = [int(float(mb) * (1 << 20)) for mb in args.sizes.split(",")]
     if args.runtime == "ray":
         import ray as rt
     else:
         import zmesh as rt  # type: ignore[no-redef]
-    store = (3 << 30) if args.big else (1 << 30)
+    store = (3 << 30) if max(sizes) > (64 << 20) else (1 << 30)
     rt.init(num_cpus=4, object_store_memory=store)
     producer, consumer = build(rt, args.runtime)
     loads = [os.getloadavg()[0]]
