@@ -5,14 +5,17 @@ collective group vs raw torch.distributed. gloo on CPU here (nccl when a GPU is 
 Each figure is the median time of one transfer of one float32 tensor of the given size,
 timed in the consumer: `zmesh.get(ref)` inside the consuming actor (object store: the same
 node maps the producer's object, zero-copy; transport: a request to the producer, then
-gloo send/recv), and for raw one send/recv pair between two plain processes. Allreduce is
-timed inside the members.
+gloo send/recv), and for raw one send/recv pair between two plain processes. "raw
+req/reply" is the floor of any pull, in plain processes: a small request, then a status and
+the tensor back (the transport's hops without zmesh). Allreduce is timed inside the members.
+Both raw receivers reuse one warm buffer; the transport receives into pooled warm blocks.
 
     python benchmarks/bench_tensor_transport.py            # 4 KB ... 64 MB
     python benchmarks/bench_tensor_transport.py --big      # ... and 256 MB, 1 GB (slow)
     python benchmarks/bench_tensor_transport.py --quick    # 4 KB ... 16 MB, fewer reps
     python benchmarks/bench_tensor_transport.py --rounds 3 # whole table 3 times: medians
                                                            # and min-max spread per cell
+    python benchmarks/bench_tensor_transport.py --sizes 1,16,256   # these sizes (MB)
 
 The machine's load average is printed with the table: on a shared machine, compare
 columns of one run, not runs.
@@ -82,7 +85,8 @@ def _raw_peer(rank: int, port: int, sizes: list[int], reps: int, out: mp.Queue) 
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=300))
     pg = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=300))
-    results: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "allreduce": {}}
+    results: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "rr": {},
+                                            "allreduce": {}}
     for nbytes in sizes:
         t = torch.ones(nbytes // 4)
         times = []
@@ -96,6 +100,7 @@ def _raw_peer(rank: int, port: int, sizes: list[int], reps: int, out: mp.Queue) 
             times.append(time.perf_counter() - start)
         results["p2p"][nbytes] = statistics.median(times[1:])
         results["p2p_best"][nbytes] = min(times[1:])
+        results["rr"][nbytes] = _raw_request_reply(pg, rank, t, reps)
         pg.allreduce([t]).wait()
         times = []
         for _ in range(reps):
@@ -105,6 +110,28 @@ def _raw_peer(rank: int, port: int, sizes: list[int], reps: int, out: mp.Queue) 
         results["allreduce"][nbytes] = statistics.median(times)
     if rank == 1:
         out.put(results)
+
+
+def _raw_request_reply(pg, rank: int, t: torch.Tensor, reps: int) -> float:
+    """The floor of any pull: rank 1 posts its receives and asks (a small request), rank 0,
+    blocked in a receive, answers a status and the tensor: the transport's hops, in plain
+    processes. Median time at rank 1."""
+    request = torch.zeros(168, dtype=torch.uint8)
+    status = torch.zeros(1, dtype=torch.int64)
+    pg.barrier().wait()
+    times = []
+    for _ in range(reps + 1):
+        if rank == 0:
+            pg.recv([request], 1, 0).wait()
+            works = [pg.send([status], 1, 1), pg.send([t], 1, 2)]
+        else:
+            start = time.perf_counter()
+            works = [pg.recv([status], 0, 1), pg.recv([t], 0, 2), pg.send([request], 0, 0)]
+        for work in works:
+            work.wait()
+        if rank == 1:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:]) if times else 0.0
 
 
 def raw(sizes: list[int], reps: int) -> dict[str, dict[int, float]]:
@@ -185,18 +212,21 @@ def main() -> None:
           f"{args.rounds} round(s): median [min-max] over rounds, in ms; load average "
           f"(1 min) {min(loads):.1f}-{max(loads):.1f}")
     print(f"{'size':>7} | {'object store':>20} | {'transport':>22} | {'raw p2p':>22} | "
-          f"{'tt/raw':>6} | {'allreduce':>22} | {'raw allreduce':>22} | {'ar/raw':>6}")
+          f"{'tt/raw':>6} | {'raw req/reply':>22} | {'tt/rr':>6} | {'allreduce':>22} | "
+          f"{'raw allreduce':>22} | {'ar/raw':>6}")
     for nbytes in sizes:
         st = [z["store"][nbytes] for _, z in rounds]
         tt = [z["tt"][nbytes] for _, z in rounds]
         ar = [z["ar"][nbytes] for _, z in rounds]
         rp = [b["p2p"][nbytes] for b, _ in rounds]
+        rr = [b["rr"][nbytes] for b, _ in rounds]
         ra = [b["allreduce"][nbytes] for b, _ in rounds]
         ratio_tt = statistics.median([t / r for t, r in zip(tt, rp)])
         ratio_ar = statistics.median([a / r for a, r in zip(ar, ra)])
+        ratio_rr = statistics.median([t / r for t, r in zip(tt, rr)])
         print(f"{fmt_size(nbytes):>7} | {cell(st):>20} | {cell(tt):>22} | {cell(rp):>22} | "
-              f"{ratio_tt:5.2f}x | {cell(ar):>22} | {cell(ra):>22} | {ratio_ar:5.2f}x",
-              flush=True)
+              f"{ratio_tt:5.2f}x | {cell(rr):>22} | {ratio_rr:5.2f}x | {cell(ar):>22} | "
+              f"{cell(ra):>22} | {ratio_ar:5.2f}x", flush=True)
     print("best single transfer over every round (the least disturbed by the load), ms:")
     for nbytes in sizes:
         tt_best = min(z["tt_best"][nbytes] for _, z in rounds)
