@@ -61,7 +61,7 @@ class RecvPool:
 
             block = np.empty(size, dtype=np.uint8)
         view = block[:nbytes]  # a new ndarray per loan; the tensor's storage holds it
-        weakref.finalize(view, self._give_back, block)
+        weakref.finalize(view, self._give_back, block).atexit = False  # nothing to do then
         return torch.from_numpy(view).view(dtype).view(shape)
 
     def _take(self, size: int) -> Any:
