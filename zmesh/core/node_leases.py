@@ -200,6 +200,10 @@ class NodeLeases:
                 return self._peer_died(event)
             case RemoteLeaseState():
                 lease = self.leases.get(event.lease_id)
+                if lease is None and event.granted:
+                    # We keep a record of every lease we forwarded until its owner returns
+                    # it: none means it was returned (that word was lost) or given up.
+                    return [ReturnToRemote(event.lease_id, event.sender, False, False)]
                 if lease is None or not lease.remote:
                     return []
                 if event.granted:
@@ -217,10 +221,7 @@ class NodeLeases:
                     del self.leases[event.lease_id]
                     return [PassedOn(event.lease_id, event.address)]
                 lease.remote = event.address
-                if not self.sweeping:
-                    self.sweeping = True
-                    return [SetTimer(FORWARD_SWEEP_S, SWEEP_KEY)]
-                return []
+                return self._arm_sweep()
             case ForwardFailed():
                 lease = self.leases.get(event.lease_id)
                 if lease is None:
@@ -305,8 +306,9 @@ class NodeLeases:
         rec = self.workers[worker]
         rec.role, rec.lease = WorkerRole.LEASED, lease.lease_id
         lease.worker = worker
-        return [Grant(lease.lease_id, lease.owner, lease.request_id, worker, d.gpu_ids,
-                      lease.origin)]
+        grant: list[Action] = [Grant(lease.lease_id, lease.owner, lease.request_id, worker,
+                                     d.gpu_ids, lease.origin)]
+        return grant + self._arm_sweep() if lease.origin else grant
 
     def _revoke_others(self, waiting: Lease) -> list[Action]:
         return [Revoke(le.lease_id, le.owner) for le in self.leases.values()
@@ -391,12 +393,24 @@ class NodeLeases:
         self.leases[new_id] = again
         return out + self._submit(again, 0)
 
+    def _arm_sweep(self) -> list[Action]:
+        if self.sweeping:
+            return []
+        self.sweeping = True
+        return [SetTimer(FORWARD_SWEEP_S, SWEEP_KEY)]
+
     def _sweep(self) -> list[Action]:
-        """Send again each forwarded lease that stayed without word of a grant for a whole
-        sweep period; keep sweeping while any is forwarded and not known granted."""
+        """Leases that cross nodes, looked over every period while any exists: one we
+        forwarded with no word of a grant for a whole period is sent again; one we hold for
+        another node is announced to it again (if that node no longer has it, its owner's
+        return was lost: it sends the return again)."""
         out: list[Action] = []
         waiting = False
         for lease in self.leases.values():
+            if lease.origin and lease.worker is not None:
+                waiting = True
+                out.append(TellOrigin(lease.lease_id, lease.origin, lease.worker))
+                continue
             if not lease.remote or lease.remote_granted or lease.forwarded is None:
                 continue
             waiting = True

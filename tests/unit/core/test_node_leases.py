@@ -240,3 +240,22 @@ def test_a_lost_holder_whose_grant_we_never_heard_of_is_replaced_under_a_fresh_i
     (new_id,) = h.core.leases
     assert new_id != b"L1" and len(new_id) == len(b"L1")
     h.core.validate()
+
+
+def test_a_holder_announces_a_forwarded_lease_until_its_origin_no_longer_has_it():
+    # A ReturnLease sent on to the holder was lost: the holder kept the worker and the CPU
+    # forever. It now says again each sweep that it holds the lease; the origin, which keeps
+    # a record of every lease it forwarded until the owner returns it, sends the return again.
+    h = Harness()
+    h.feed(ev.WorkerStarted(b"w1"))
+    actions = h.core.handle(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(
+        b"L1", "task", {"CPU": 1.0}), origin="tcp://n0"))
+    assert ev.SetTimer(node_leases.FORWARD_SWEEP_S, node_leases.SWEEP_KEY) in actions
+    sweep = h.core.handle(ev.Timer(node_leases.SWEEP_KEY))
+    assert ev.TellOrigin(b"L1", "tcp://n0", b"w1") in sweep
+    origin = Harness()  # it has no record of L1 (the owner returned it)
+    assert origin.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n1", granted=True)) == [
+        ev.ReturnToRemote(b"L1", "tcp://n1", False, False)]
+    h.feed(ev.LeaseReturned(b"L1"))
+    assert h.core.handle(ev.Timer(node_leases.SWEEP_KEY)) == [] and not h.core.sweeping
+    assert h.sched.available() == TOTAL
