@@ -15,7 +15,6 @@ from zmesh.testing.local_cluster import LocalCluster
 from zmesh.testing.plugin import record_run
 
 SEEDS = list(range(25))
-KNOWN_HANGS: list[int] = []  # seeds whose only violations are known hangs (marked xfail)
 SOAK_SEEDS = list(range(100, 110))
 
 
@@ -31,15 +30,8 @@ def _run(seed: int, duration: float, bound: float) -> None:
                ops=len(history.ops), violations=len(violations) + len(leaks),
                hung=sum(1 for op in history.ops if op.status == "indeterminate"))
     problems = [str(v) for v in violations] + leaks
-    # Hangs (gets never resolved) are open bugs this suite found: ref chains (the known
-    # ref-chain hang), puts read on another node, and now and then a plain retried task.
-    # They are marked per seed, with the plan; wrong values, order, undocumented errors and
-    # leaks always fail.
-    if problems and not leaks and all(v.checker == "get_bound" for v in violations):
-        what = sorted({op.caller for v in violations for op in v.ops})
-        KNOWN_HANGS.append(seed)
-        pytest.xfail(f"KNOWN BUG (hang under faults), seed {seed}: {len(violations)} get(s) of "
-                     f"{what} never resolved within {bound:g}s; plan:\n{plan}")
+    # Hangs fail too: a lost message between nodes (5% drop) is sent again (leases forwarded
+    # and returned, their grants), so every get resolves within the bound.
     assert not problems, (f"seed {seed}:\n{plan}\n{mesh.report()}\n" + "\n".join(problems[:20]))
 
 
