@@ -45,15 +45,38 @@ class CallerMachine(RuleBasedStateMachine):
         self.unready: list[bytes] = []
         self.open: set[bytes] = set()  # submitted, neither completed nor failed
         self.core.handle(Track(AID, max_task_retries=1))
+        # a twin fed the same events through the fast paths where they apply: it must
+        # answer and end up exactly as handle() does
+        self.twin = ActorCallerCore()
+        self.twin.handle(Track(AID, max_task_retries=1))
 
     def step(self, event: object) -> None:
-        for action in self.core.handle(event):  # type: ignore[arg-type]
+        actions = self.core.handle(event)  # type: ignore[arg-type]
+        self.check_twin(event, actions)
+        for action in actions:
             if isinstance(action, Send):
                 assert self.alive and action.address == f"w{self.incarnation}"
                 self.wire.append((self.incarnation, action.seq, action.task_id))
             elif isinstance(action, Fail):
                 self.open.discard(action.task_id)
         self.core.validate()
+
+    def check_twin(self, event: object, actions: list[object]) -> None:
+        twin = self.twin
+        if isinstance(event, Submit) and event.ready:
+            sent = twin.submit_fast(event.actor_id, event.task_id)
+            if sent is None:
+                assert twin.handle(event) == actions
+            else:
+                assert actions == [Send(AID, event.task_id, *sent)]
+        elif isinstance(event, Completed):
+            done = twin.complete_fast(event.actor_id, event.task_id)
+            assert actions == ([Done(AID, event.task_id)] if done else [])
+        else:
+            twin.handle(event)  # type: ignore[arg-type]
+        assert twin.actors == self.core.actors
+        if isinstance(event, (Submit, Completed)):
+            assert twin.story(event.task_id) == self.core.story(event.task_id)
 
     @rule(ready=st.booleans())
     def submit(self, ready: bool) -> None:
