@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from zmesh.errors import TransportError
 from zmesh.protocol import codec
@@ -28,6 +28,14 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[str, Any, list[Any]], None]
 IDLE_CONNECTION_S = 60.0
 """An outbound connection unused this long is closed (reopened on the next send)."""
+
+
+class Waitable(Protocol):
+    """What `wait_event` waits on: a threading.Event, or one like it."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class EventLoop:
@@ -59,7 +67,7 @@ class EventLoop:
         """Seconds on this loop's clock (monotonic; virtual under simulation)."""
         return time.monotonic()
 
-    def wait_event(self, event: threading.Event, timeout: float | None) -> bool:
+    def wait_event(self, event: Waitable, timeout: float | None) -> bool:
         """Block a user thread until `event` is set or `timeout` passes; True if set."""
         if self.before_wait is not None:
             self.before_wait()

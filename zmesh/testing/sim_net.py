@@ -19,7 +19,7 @@ from typing import Any
 
 from zmesh.errors import TransportError
 from zmesh.protocol.messages.base import Message
-from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.loop import EventLoop, Waitable
 from zmesh.testing.sim_kernel import Kernel, SimProcess
 from zmesh.transports.base import Buffer, Endpoint
 
@@ -215,7 +215,7 @@ class SimLoop(EventLoop):
         if not self._stopping and not self.sim_endpoint.closed:
             self._dispatch(sender, frames)
 
-    def wait_event(self, event: threading.Event, timeout: float | None) -> bool:
+    def wait_event(self, event: Waitable, timeout: float | None) -> bool:
         return self.kernel.wait_until(event.is_set, timeout)
 
     def wait_future(self, fut: Future[Any], timeout: float | None) -> Any:

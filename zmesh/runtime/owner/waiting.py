@@ -153,6 +153,37 @@ class Waits:
         return fut
 
 
+class Flag:
+    """A one-shot event for one waiting thread (what `loop.wait_event` needs): a lock held
+    until `set`. A threading.Event builds a Condition and two locks per wait, and its set()
+    notifies through them: ~10% of a driver's CPU per synchronous call. Not safe for two
+    setters at once: Countdown sets it under its lock."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(True, -1 if timeout is None else
+                              min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
+            self._lock.release()  # it stays set: a later wait returns at once
+            return True
+        return self._set
+
+
 class Countdown:
     """Sets `event` once `hit` has been called `n` times, from any threads (the loop's
     callbacks race the registering thread's immediate ones, hence the lock)."""
@@ -161,19 +192,19 @@ class Countdown:
 
     def __init__(self, n: int, fail_fast: bool = False) -> None:
         self.left = n
-        self.event = threading.Event()
+        self.event = Flag()
         self._lock = threading.Lock()
         self._fail_fast = fail_fast  # an error value ends the wait at once
         self.cancelled = False
 
     def cancel(self) -> None:
         """End the wait now: the waiting task was cancelled."""
-        self.cancelled = True
-        self.event.set()
+        with self._lock:
+            self.cancelled = True
+            self.event.set()
 
     def hit(self, value: Any) -> None:
         with self._lock:
             self.left -= 1
-            done = self.left <= 0 or (self._fail_fast and getattr(value, "is_error", False))
-        if done:
-            self.event.set()
+            if self.left <= 0 or (self._fail_fast and getattr(value, "is_error", False)):
+                self.event.set()
