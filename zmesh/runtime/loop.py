@@ -52,10 +52,6 @@ class EventLoop:
         self._timer_seq = itertools.count()
         self._sleeping = False
         self._stopping = False
-        self._idle_timer = False
-        # run before a user thread blocks in wait_*: a thread that may be the one to serve
-        # this loop hands it over first (runtime/worker/relay.py)
-        self.before_wait: Callable[[], None] | None = None
         self.thread: threading.Thread | None = None
         # Fault injection (zmesh.testing.Cluster.cut): peers whose messages are dropped both
         # ways, as if the link to them were cut.
@@ -69,21 +65,15 @@ class EventLoop:
 
     def wait_event(self, event: Waitable, timeout: float | None) -> bool:
         """Block a user thread until `event` is set or `timeout` passes; True if set."""
-        if self.before_wait is not None:
-            self.before_wait()
         return event.wait(timeout)
 
     def wait_future(self, fut: Future[Any], timeout: float | None) -> Any:
         """Block a user thread for `fut`'s result; raises TimeoutError when time runs out."""
-        if self.before_wait is not None:
-            self.before_wait()
         return fut.result(timeout)
 
     def wait_for(self, cond: threading.Condition, pred: Callable[[], Any],
                  timeout: float | None) -> bool:
         """Block a user thread until `pred()` holds (checked when `cond` is notified)."""
-        if self.before_wait is not None:
-            self.before_wait()
         with cond:
             return bool(cond.wait_for(pred, timeout))
 
@@ -152,22 +142,9 @@ class EventLoop:
             return
         self.call_later(IDLE_CONNECTION_S / 2, self._close_idle)
 
-    @property
-    def stopping(self) -> bool:
-        """True once `stop` was asked."""
-        return self._stopping
-
     def run(self) -> None:
         """Serve until `stop`; a handler that raises is logged and the loop goes on."""
-        self.serve()
-
-    def serve(self, until: Callable[[], bool] | None = None) -> None:
-        """`run`; with `until`, also return once it holds, checked whenever the loop has
-        nothing left to do, and then nothing is left unread (threads that take turns at
-        the loop, `runtime/worker/relay.py`)."""
-        if not self._idle_timer:
-            self._idle_timer = True
-            self.call_later(IDLE_CONNECTION_S / 2, self._close_idle)
+        self.call_later(IDLE_CONNECTION_S / 2, self._close_idle)
         calls = self._calls
         timers = self._timers
         endpoint = self.endpoint
@@ -185,24 +162,16 @@ class EventLoop:
                     timeout = max(0.0, timers[0][0] - time.monotonic())
             if calls or self._stopping:
                 continue
-            if until is not None and until():
-                try:  # return with nothing left unread (a cancel behind a call lands first)
-                    item = endpoint.recv(0)
-                except TransportError:
-                    break
-                if item is None:
-                    return
-            else:
-                self._sleeping = True
-                if calls:
-                    self._sleeping = False
-                    continue
-                try:
-                    item = endpoint.recv(timeout)
-                except TransportError:
-                    break
-                finally:
-                    self._sleeping = False
+            self._sleeping = True
+            if calls:
+                self._sleeping = False
+                continue
+            try:
+                item = endpoint.recv(timeout)
+            except TransportError:
+                break
+            finally:
+                self._sleeping = False
             budget = 512  # then look at calls and timers again, so a flood starves neither
             while item is not None:
                 self._dispatch(*item)

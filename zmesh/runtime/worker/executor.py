@@ -32,7 +32,6 @@ from zmesh.runtime.owner.actor_calls import CANCELLED_CALL
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
-from zmesh.runtime.worker.relay import Relay
 from zmesh.task_error import capture
 
 if TYPE_CHECKING:
@@ -67,9 +66,6 @@ class Executor:
         self.exited = False
         self.async_calls: dict[bytes, asyncio.Task[Any]] = {}  # running calls of an async actor
         self._cancel_lock = threading.Lock()
-        # set by a worker process's main: a sync actor's calls reach the executor thread
-        # without a hand-over (relay.py); None: through `work` (the simulated mesh)
-        self.relay: Relay | None = None
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
         loop.on(m.ExecuteTask, lambda s, msg, b: self.work.put(msg))
@@ -89,8 +85,6 @@ class Executor:
                 self.groups.submit(self._call, call, self._reject)
             elif self.pool is not None:
                 self.pool.submit(self._call, call)
-            elif self.relay is not None:
-                self.relay.offer(call, self.work.put)
             else:
                 self.work.put(call)
 
@@ -137,36 +131,15 @@ class Executor:
     def _run(self) -> None:
         while True:
             item = self.work.get()
-            self._run_one(item)
-            if isinstance(item, m.CreateActor) and self._relayed():
-                relay = self.relay
-                assert relay is not None
-                relay.enable(self._queued)
-                self.client.loop.before_wait = relay.lend
-                relay.serve_executor(self._run_one, _streams)
-                return  # the loop stopped: the main thread ends the process
-
-    def _run_one(self, item: Any) -> None:
-        try:
-            if isinstance(item, m.ExecuteTask):
-                self._task(item)
-            elif isinstance(item, m.ActorCall):
-                self._call(item)
-            elif isinstance(item, m.CreateActor):
-                self._create_actor(item)
-        except (TaskCancelledError, TaskInterrupt):
-            pass  # the cancel landed after the task finished
-
-    def _relayed(self) -> bool:
-        """A sync actor running one call at a time, in a worker that relays (relay.py)."""
-        return (self.relay is not None and self.actor is not None and self.aio is None
-                and self.pool is None and self.groups is None)
-
-    def _queued(self) -> Any:
-        try:
-            return self.work.get_nowait()
-        except queue.Empty:
-            return None
+            try:
+                if isinstance(item, m.ExecuteTask):
+                    self._task(item)
+                elif isinstance(item, m.ActorCall):
+                    self._call(item)
+                elif isinstance(item, m.CreateActor):
+                    self._create_actor(item)
+            except (TaskCancelledError, TaskInterrupt):
+                pass  # the cancel landed after the task finished
 
     def _function(self, fn_id: bytes, blob: bytes) -> Any:
         fn = self.functions.get(fn_id)
@@ -473,11 +446,6 @@ class Executor:
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: self._stream(call.task_id, method(*args, **kwargs), call.num_returns,
                                        name, call.caller, call.backpressure))
-
-
-def _streams(item: Any) -> bool:
-    """A streaming call: it waits on its consumer's acks, which the loop receives."""
-    return isinstance(item, m.ActorCall) and item.num_returns < 0
 
 
 def _error(name: str, exc: BaseException, pid: int) -> m.Value:

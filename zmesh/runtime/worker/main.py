@@ -18,7 +18,6 @@ from zmesh.runtime import context
 from zmesh.runtime.owner.client import CoreClient
 from zmesh.runtime.worker import events, logs
 from zmesh.runtime.worker.executor import Executor
-from zmesh.runtime.worker.relay import Relay
 
 PARENT_CHECK_S = 1.0
 EVENTS_PERIOD_S = 1.0
@@ -30,7 +29,6 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
     client = CoreClient(node_address, session_dir, "worker", worker_id=worker_id)
     context.set_client(client)
     executor = Executor(client)
-    relay = executor.relay = Relay(client.loop)
     attach(client, executor)
     if capture:
         logs.capture_output(lambda prefix, lines, err: client.loop.send_threadsafe(
@@ -63,7 +61,7 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
         client.loop.call_later(EVENTS_PERIOD_S, ship_events)
 
     client.loop.call_later(EVENTS_PERIOD_S, ship_events)
-    relay.serve_main()  # the loop runs on the main thread (turns with a sync actor's executor)
+    client.loop.run()  # the loop runs on the main thread; exits on Shutdown
     sys.stdout.flush()
     os._exit(0)
 

@@ -1,6 +1,6 @@
-"""A sync actor's executor thread serves its worker's loop between calls
-(`zmesh/runtime/worker/relay.py`): user code must still run on one thread, and the loop
-must still be served while a call blocks, waits on other threads or runs long."""
+"""Threads in a sync actor's worker: user code runs on one thread (as in Ray), and the
+worker's loop is still served while a call blocks, waits on other threads or runs long
+(guards for any change that moves calls between the worker's threads)."""
 
 from __future__ import annotations
 
