@@ -115,11 +115,13 @@ class RemoteFunction(Generic[R]):
             key = (tuple(sorted(res.items())), strategy, tuple(sorted(labels.items())),
                    max_calls)
             retries = opts.get("max_retries")
+            num_returns = wire_num_returns(opts.get("num_returns"), self._function)
             cache = self._cache = (
                 client, res, strategy, key, _max_retries(retries),
                 _retry_spec(opts.get("retry_exceptions", False)),
                 omp_env(env_vars_of(opts, client.default_env), res),
-                opts.get("name") or self.__name__, labels, max_calls)
+                opts.get("name") or self.__name__, labels, max_calls, num_returns,
+                backpressure_of(opts) if num_returns < 0 else 0)
         return cache
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -130,16 +132,13 @@ class RemoteFunction(Generic[R]):
         client = context.current_client()
         exported = self._exported
         exported.ensure()
-        _, res, strategy, key, retries, retry_exc, env, name, labels, max_calls = \
-            self._prepared(client)
-        opts = self._options
-        num_returns = wire_num_returns(opts.get("num_returns"), self._function)
-        if client.inherited_strategy and "scheduling_strategy" not in opts:
+        (_, res, strategy, key, retries, retry_exc, env, name, labels, max_calls, num_returns,
+         backpressure) = self._prepared(client)
+        if client.inherited_strategy and "scheduling_strategy" not in self._options:
             strategy = client.inherited_strategy  # placement_group_capture_child_tasks
             key = (key[0], strategy, key[2], key[3])  # (resources, strategy, labels, max_calls)
         data, top, nested = pack_args(args, kwargs)
         task_id = client.ids.task_id()
-        backpressure = backpressure_of(opts) if num_returns < 0 else 0
         task = Task(task_id, exported.fn_id, exported.blob, name, data, top,
                     [r.id for r in nested], num_returns, key, res, strategy, retries,
                     retry_exc, env, labels=labels, backpressure=backpressure,
@@ -155,13 +154,27 @@ class RemoteFunction(Generic[R]):
 
 def args_checker(target: Any) -> Any:
     """`Signature.bind` of a function or class (its constructor): raises TypeError for
-    arguments that do not fit; None when the signature cannot be read."""
-    import inspect
-
+    arguments that do not fit; None when the signature cannot be read. For a signature of
+    plain positional parameters, a call by position within their count is accepted without
+    binding (the common case, checked on every `.remote()`)."""
     try:
-        return inspect.signature(target).bind
+        sig = inspect.signature(target)
     except (TypeError, ValueError):
         return None
+    bind = sig.bind
+    params = list(sig.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not all(p.kind in plain for p in params):
+        return bind
+    most = len(params)
+    least = sum(1 for p in params if p.default is inspect.Parameter.empty)
+
+    def check(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or not least <= len(args) <= most:
+            return bind(*args, **kwargs)
+        return None
+
+    return check
 
 
 def _retry_spec(value: Any) -> Any:

@@ -276,21 +276,25 @@ class TaskSubmitter:
         self.tasks.pop(task.task_id, None)
         task.done = True
         objects = self.client.objects
-        rebuildable = (not failed and all(v is not None and v.loc is None for v in task.ref_values)
-                       and not _pinned_to_a_node(task.strategy))
+        rebuildable: bool | None = None  # worked out for the first stored value only
         for i, oid in enumerate(task.return_ids()):
             value = returns[i] if i < len(returns) else returns[0]
-            if rebuildable and value.loc is not None:
-                entry = objects.entries.get(oid)
-                if entry is not None:
-                    entry.lineage = task  # its only copies live in stores: keep the recipe
+            if value.loc is not None:
+                if rebuildable is None:
+                    rebuildable = (not failed and not _pinned_to_a_node(task.strategy)
+                                   and all(v is not None and v.loc is None
+                                           for v in task.ref_values))
+                if rebuildable:
+                    entry = objects.entries.get(oid)
+                    if entry is not None:
+                        entry.lineage = task  # its only copies live in stores: keep the recipe
             if objects.set_value(oid, value) is None and value.loc is not None:
                 self.client.loop.send(self.client.node_address, m.FreeObjects(
                     object_ids=[oid], node=value.loc.node))
-        ids = [r.id for r in task.top_refs] + task.nested_ids
-        task.top_refs = []
-        task.nested_ids = []
-        if ids:
+        if task.top_refs or task.nested_ids:
+            ids = [r.id for r in task.top_refs] + task.nested_ids
+            task.top_refs = []
+            task.nested_ids = []
             objects.remove_submitted(ids)
 
     def rebuild(self, object_id: bytes) -> None:

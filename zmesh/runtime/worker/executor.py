@@ -460,10 +460,15 @@ def _cancelled(name: str) -> m.Value:
 
 
 def _apply_env(env: dict[str, str]) -> dict[str, str | None]:
+    """Set `env`; what it changed, to restore (a variable that already has its value, as
+    OMP_NUM_THREADS for every task of a CPU worker, costs one lookup, not a putenv)."""
     saved = {}
+    environ = os.environ
     for k, v in env.items():
-        saved[k] = os.environ.get(k)
-        os.environ[k] = v
+        old = environ.get(k)
+        if old != v:
+            saved[k] = old
+            environ[k] = v
     return saved
 
 
