@@ -8,9 +8,11 @@ actions into messages and timers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.task_owner import (
@@ -37,7 +39,8 @@ from zmesh.core.task_owner import (
     TaskOwner,
     WorkerExited,
 )
-from zmesh.errors import TaskCancelledError, WorkerCrashedError
+from zmesh.errors import TaskCancelledError, TransportError, WorkerCrashedError
+from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
@@ -49,6 +52,19 @@ if TYPE_CHECKING:
 
 PENDING = m.Value()  # an argument the worker resolves itself (it made it, or asks the owner)
 IDLE_LEASE_S = 0.5
+LOOP_CONNECTION = 0  # `_sent_fns` key of the loop's own connections (else: a thread sender's)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """Run a loop-thread handler holding the submitter's lock (user threads may submit
+    straight to a leased worker, which changes the core too)."""
+    @functools.wraps(method)
+    def run(self: TaskSubmitter, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return run  # type: ignore[return-value]
 
 
 @dataclass(eq=False)
@@ -92,6 +108,13 @@ class TaskSubmitter:
     The two events every task makes (its submission with its arguments there, its result
     that is not retried) go through the core's fast paths first, which apply the same rules
     without event or action objects when the outcome is at most one Send.
+
+    A user thread submitting a task with no ref arguments, when nothing it submitted before
+    still waits for the loop and the fast path has a leased worker with room, sends it
+    there itself over its own connection (no hop through the loop). `lock` serializes the
+    core between it and the loop. Its own connection is not ordered with the loop's, so
+    code is sent once per connection (`_sent_fns`), and a task whose argument comes from a
+    task sent that way waits for the value instead of following it onto its worker.
     """
 
     def __init__(self, client: CoreClient) -> None:
@@ -100,9 +123,13 @@ class TaskSubmitter:
         self.tasks: dict[bytes, Task] = {}  # the payloads of the tasks the core tracks
         self._shapes: dict[Hashable, Task] = {}  # the first task of each shape (lease asks)
         self._gpu_env: dict[bytes, dict[str, str]] = {}  # lease -> CUDA_VISIBLE_DEVICES
-        self._sent_fns: set[tuple[str, bytes]] = set()
+        self._sent_fns: set[tuple[str, bytes, int]] = set()  # (worker, fn, connection)
         self.pending_reasons: dict[str, str] = {}
         self._rebuilding: Task | None = None
+        self.lock = threading.RLock()  # the core and the tables above (see the class doc)
+        self._posted: deque[bytes] = deque()  # tasks handed to the loop, not yet accepted
+        self._direct: set[bytes] = set()  # tasks a user thread sent itself, not finished
+        self._loop_ident = 0  # the loop thread's id, once it accepted a task
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.LeaseGranted, self._on_lease_granted)
@@ -118,10 +145,49 @@ class TaskSubmitter:
         ids = [r.id for r in task.top_refs] + task.nested_ids
         if ids:
             client.objects.add_submitted(ids)
+        if not task.top_refs and not self._posted and self._submit_direct(task):
+            return
+        self._posted.append(task.task_id)
         client.loop.call_soon(self._accept, task)
 
+    def _submit_direct(self, task: Task) -> bool:
+        """Send the task to a leased worker from this (user) thread, when the core's fast
+        path allows it and its lock is free; False: nothing was done, post it to the loop."""
+        client = self.client
+        me = threading.get_ident()
+        if me == self._loop_ident or client.closed:
+            return False
+        sender: Any = getattr(client._local, "sender", None)
+        if sender is None:  # False: this transport has no thread senders
+            sender = client._local.sender = client.endpoint.thread_sender() or False
+        if sender is False or not self.lock.acquire(False):
+            return False
+        try:
+            if self._posted:  # an earlier task still waits for the loop: keep the order
+                return False
+            sent = self.core.submit_fast(task.task_id, task.key, task.max_retries,
+                                         bool(task.resources), task.max_calls)
+            if sent is False:
+                return False
+            self.tasks[task.task_id] = task
+            if sent is True:  # queued: the loop sends it when its worker has room
+                return True
+            self._direct.add(task.task_id)
+            conn = id(sender)  # the endpoint keeps its thread senders: ids are not reused
+            try:
+                sender.send(sent.worker, [codec.encode(self._execute(sent, conn))])
+            except TransportError:  # over the loop's connection instead (code included)
+                self._sent_fns.discard((sent.worker, task.fn_id, conn))
+                client.loop.send_threadsafe(sent.worker, self._execute(sent, LOOP_CONNECTION))
+            return True
+        finally:
+            self.lock.release()
+
     # -- loop thread: events in ------------------------------------------------------------
+    @_locked
     def _accept(self, task: Task) -> None:
+        self._loop_ident = threading.get_ident()
+        self._posted.popleft()
         self.tasks[task.task_id] = task
         if task.key not in self._shapes:
             self._shapes[task.key] = task
@@ -131,6 +197,13 @@ class TaskSubmitter:
             value_of = self.client.objects.value_of
             task.ref_values = [value_of(r.id) for r in refs]
             producers = tuple(r.id[:-4] for r, v in zip(refs, task.ref_values) if v is None)
+            if self._direct and any(p in self._direct for p in producers):
+                # its producer went over a user thread's connection: following it onto its
+                # worker over the loop's might overtake it there; wait for the value
+                self._do(self.core.handle(Submit(
+                    task.task_id, task.key, task.max_retries, bool(task.resources),
+                    task.max_calls, True, ())))
+                return
         if not producers:
             sent = self.core.submit_fast(task.task_id, task.key, task.max_retries,
                                          bool(task.resources), task.max_calls)
@@ -160,9 +233,11 @@ class TaskSubmitter:
                 self.client.loop.call_soon(self._args_ready, task.task_id)
         return resolved
 
+    @_locked
     def _args_ready(self, task_id: bytes) -> None:
         self._do(self.core.handle(ArgsReady(task_id)))
 
+    @_locked
     def _on_lease_granted(self, sender: str, msg: m.LeaseGranted, bufs: list[Any]) -> None:
         shape = self._shapes.get(self.core.requests.get(msg.request_id, ()))
         if shape is not None:
@@ -178,12 +253,15 @@ class TaskSubmitter:
         self._do(self.core.handle(LeaseGranted(msg.request_id, msg.lease_id,
                                                msg.worker_address, sender, remote)))
 
+    @_locked
     def _on_lease_failed(self, sender: str, msg: m.LeaseFailed, bufs: list[Any]) -> None:
         self._do(self.core.handle(LeaseFailed(msg.request_id, msg.error)))
 
+    @_locked
     def _on_revoke(self, sender: str, msg: m.RevokeLease, bufs: list[Any]) -> None:
         self._do(self.core.handle(LeaseRevoked(msg.lease_id)))
 
+    @_locked
     def _on_worker_exited(self, sender: str, msg: m.WorkerExited, bufs: list[Any]) -> None:
         self._gpu_env.pop(msg.lease_id, None)
         self._do(self.core.handle(WorkerExited(msg.lease_id, msg.reason)))
@@ -193,6 +271,10 @@ class TaskSubmitter:
         if task is None:
             self.client.actors.on_result(sender, msg)
             return
+        with self.lock:
+            self._result(task, sender, msg)
+
+    def _result(self, task: Task, sender: str, msg: m.TaskResult) -> None:
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         retryable = _retryable(task, msg)
@@ -205,6 +287,7 @@ class TaskSubmitter:
                 return
         self._do(self.core.handle(Result(msg.task_id, retryable)), (sender, msg))
 
+    @_locked
     def _idle(self, lease_id: bytes, stamp: int) -> None:
         self._do(self.core.handle(IdleTimeout(lease_id, stamp)))
 
@@ -250,9 +333,13 @@ class TaskSubmitter:
             self.client.hold_returned(sender, task.return_ids(), msg.contained)
 
     def _send(self, action: Send) -> None:
+        self.client.loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
+
+    def _execute(self, action: Send, connection: int) -> m.ExecuteTask:
+        """The message that runs the task `action` sends, for a connection (lock held)."""
         task = self.tasks[action.task_id]
         task.attempt = action.attempt
-        key = (action.worker, task.fn_id)
+        key = (action.worker, task.fn_id, connection)
         blob = b""
         if key not in self._sent_fns:
             self._sent_fns.add(key)
@@ -264,16 +351,17 @@ class TaskSubmitter:
             if any(v is None for v in task.ref_values):
                 ref_ids = [r.id for r in task.top_refs]
         gpu_env = self._gpu_env.get(action.lease_id)
-        self.client.loop.send(action.worker, m.ExecuteTask(
+        return m.ExecuteTask(
             task_id=task.task_id, owner=self.client.address, fn_id=task.fn_id, name=task.name,
             args=m.Args(data=task.data, refs=refs), num_returns=task.num_returns,
             fn_blob=blob, env_vars={**task.env_vars, **gpu_env} if gpu_env
             else task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
             namespace=self.client.namespace, resources=task.resources,
-            backpressure=task.backpressure, strategy=task.strategy))
+            backpressure=task.backpressure, strategy=task.strategy)
 
     def _finish(self, task: Task, returns: list[m.Value], *, failed: bool) -> None:
         self.tasks.pop(task.task_id, None)
+        self._direct.discard(task.task_id)
         task.done = True
         objects = self.client.objects
         rebuildable: bool | None = None  # worked out for the first stored value only
@@ -297,6 +385,7 @@ class TaskSubmitter:
             task.nested_ids = []
             objects.remove_submitted(ids)
 
+    @_locked
     def rebuild(self, object_id: bytes) -> None:
         """Run again the task that made `object_id`, whose stored copy was lost (lineage).
 
@@ -328,6 +417,7 @@ class TaskSubmitter:
         self.tasks[task_id] = task
 
     # -- cancellation ----------------------------------------------------------------------
+    @_locked
     def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None:
         task = self.tasks.get(task_id)
         if task is None:
@@ -335,6 +425,7 @@ class TaskSubmitter:
         task.force_cancel, task.recursive_cancel = force, recursive
         self._do(self.core.handle(Cancel(task_id)))
 
+    @_locked
     def cancel_children(self, parent: bytes, force: bool) -> None:
         """Cancel the unfinished tasks that `parent` submitted, and theirs (loop thread)."""
         for task in [t for t in self.tasks.values() if t.parent == parent]:

@@ -66,6 +66,9 @@ class Executor:
         self.exited = False
         self.async_calls: dict[bytes, asyncio.Task[Any]] = {}  # running calls of an async actor
         self._cancel_lock = threading.Lock()
+        # the worker's own values of the variables the last task's env changed (it stays
+        # set until a task with another env or an actor comes: no putenv per task)
+        self._env_saved: dict[str, str | None] = {}
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
         loop.on(m.ExecuteTask, lambda s, msg, b: self.work.put(msg))
@@ -156,7 +159,7 @@ class Executor:
         if msg.task_id in self.cancelled:
             self._reply(msg.owner, msg.task_id, [_cancelled(msg.name)] * n, [])
             return
-        saved_env = _apply_env(msg.env_vars)
+        _switch_env(self._env_saved, msg.env_vars)
         events.recorder.begin(msg.task_id, msg.name, "task")
         logs.set_prefix(f"({msg.name} pid={self.pid})")
         client.current_task_id = msg.task_id
@@ -188,7 +191,6 @@ class Executor:
             returns = [_error(msg.name, exc, self.pid)] * n
         finally:
             runtime_env.leave(code_env)
-            _restore_env(saved_env)
             client.current_task_id = b""
             client.current_placement_group, client.inherited_strategy = None, b""
         self._reply(msg.owner, msg.task_id, returns, refs)
@@ -265,6 +267,7 @@ class Executor:
         client.assigned_resources = dict(spec.resources)
         client.namespace = spec.namespace or client.namespace
         client.current_placement_group, client.inherited_strategy = placement_of(spec.strategy)
+        _switch_env(self._env_saved, {})  # nothing of a task's env stays for the actor
         _apply_env(spec.env_vars)
         logs.set_prefix(f"({spec.class_name} pid={self.pid})")
         try:
@@ -459,22 +462,24 @@ def _cancelled(name: str) -> m.Value:
     return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
 
 
-def _apply_env(env: dict[str, str]) -> dict[str, str | None]:
-    """Set `env`; what it changed, to restore (a variable that already has its value, as
-    OMP_NUM_THREADS for every task of a CPU worker, costs one lookup, not a putenv)."""
-    saved = {}
+def _apply_env(env: dict[str, str]) -> None:
+    os.environ.update(env)
+
+
+def _switch_env(saved: dict[str, str | None], env: dict[str, str]) -> None:
+    """Make os.environ the worker's own plus `env`. `saved` holds the worker's own values of
+    the variables the previous task's env changed (updated here): a variable every task sets
+    to the same value (OMP_NUM_THREADS) is set once, not set and removed per task."""
     environ = os.environ
-    for k, v in env.items():
-        old = environ.get(k)
-        if old != v:
-            saved[k] = old
-            environ[k] = v
-    return saved
-
-
-def _restore_env(saved: dict[str, str | None]) -> None:
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
+    for k in [k for k in saved if k not in env]:
+        old = saved.pop(k)
+        if old is None:
+            environ.pop(k, None)
         else:
-            os.environ[k] = v
+            environ[k] = old
+    for k, v in env.items():
+        current = environ.get(k)
+        if current != v:
+            if k not in saved:
+                saved[k] = current
+            environ[k] = v
