@@ -44,7 +44,7 @@ class ObjectEntry:
     def __init__(self, record: Record) -> None:
         self.record = record
         self.value: Value | None = None
-        self.callbacks: list[Callback] = []
+        self.callbacks: list[Callback] | None = None  # made by the first waiter
         self.requested = False
         self.lineage: Any = None  # the task that made this (stored) value, to make it again
         self.held: tuple[bytes, ...] = ()  # set when freed: others' objects it borrowed
@@ -172,9 +172,10 @@ class ObjectTable:
             if entry is None or entry.value is not None:
                 return None
             entry.value = value
-            callbacks, entry.callbacks = entry.callbacks, []
-        for cb in callbacks:
-            cb(value)
+            callbacks, entry.callbacks = entry.callbacks, None
+        if callbacks:
+            for cb in callbacks:
+                cb(value)
         return entry
 
     def value_of(self, object_id: bytes) -> Value | None:
@@ -189,7 +190,10 @@ class ObjectTable:
                 return False
             value = entry.value
             if value is None:
-                entry.callbacks.append(callback)
+                if entry.callbacks is None:
+                    entry.callbacks = [callback]
+                else:
+                    entry.callbacks.append(callback)
                 return True
         callback(value)
         return True

@@ -35,7 +35,7 @@ def describe(objects: ObjectTable, address: str, kind: str) -> dict[str, Any]:
                 [CAPTURED] if r.escaped or oid in captured or r.held else [])
             rows.append({"object_id": oid.hex(), "owner": r.owner, "owned": r.owned,
                          "local": r.local, "submitted": r.submitted,
-                         "borrowers": sorted(r.borrowers), "kinds": kinds})
+                         "borrowers": sorted(r.borrowers or ()), "kinds": kinds})
     return {"address": address, "kind": kind, "pid": os.getpid(), "refs": rows}
 
 

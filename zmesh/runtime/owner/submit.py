@@ -112,9 +112,12 @@ class TaskSubmitter:
     A user thread submitting a task with no ref arguments, when nothing it submitted before
     still waits for the loop and the fast path has a leased worker with room, sends it
     there itself over its own connection (no hop through the loop). `lock` serializes the
-    core between it and the loop. Its own connection is not ordered with the loop's, so
-    code is sent once per connection (`_sent_fns`), and a task whose argument comes from a
-    task sent that way waits for the value instead of following it onto its worker.
+    core between it and the loop. Connections are not ordered with each other, and a
+    worker runs its tasks in the order they arrive (a chained task must come after the one
+    that makes its argument), so a worker gets tasks over one connection at a time: a user
+    thread sends directly only to a worker with nothing in flight but what it sent itself,
+    and the loop holds back what it would send to a worker with directly sent tasks in
+    flight until their results came. Code is sent once per connection (`_sent_fns`).
     """
 
     def __init__(self, client: CoreClient) -> None:
@@ -128,7 +131,10 @@ class TaskSubmitter:
         self._rebuilding: Task | None = None
         self.lock = threading.RLock()  # the core and the tables above (see the class doc)
         self._posted: deque[bytes] = deque()  # tasks handed to the loop, not yet accepted
-        self._direct: set[bytes] = set()  # tasks a user thread sent itself, not finished
+        self._direct: dict[bytes, bytes] = {}  # task a user thread sent itself -> its lease
+        # lease -> (connection, tasks sent over it in flight); the loop's sends held meanwhile
+        self._direct_leases: dict[bytes, tuple[int, int]] = {}
+        self._held: dict[bytes, list[Send]] = {}
         self._loop_ident = 0  # the loop thread's id, once it accepted a task
 
     def register(self, loop: EventLoop) -> None:
@@ -172,8 +178,15 @@ class TaskSubmitter:
             self.tasks[task.task_id] = task
             if sent is True:  # queued: the loop sends it when its worker has room
                 return True
-            self._direct.add(task.task_id)
             conn = id(sender)  # the endpoint keeps its thread senders: ids are not reused
+            lid = sent.lease_id
+            before = len(self.core.leases[lid].inflight) - 1
+            mine = self._direct_leases.get(lid, (conn, 0))
+            if mine[0] != conn or mine[1] != before:  # others in flight there: via the loop
+                client.loop.call_soon(self._send_locked, sent)
+                return True
+            self._direct[task.task_id] = lid
+            self._direct_leases[lid] = (conn, before + 1)
             try:
                 sender.send(sent.worker, [codec.encode(self._execute(sent, conn))])
             except TransportError:  # over the loop's connection instead (code included)
@@ -197,13 +210,6 @@ class TaskSubmitter:
             value_of = self.client.objects.value_of
             task.ref_values = [value_of(r.id) for r in refs]
             producers = tuple(r.id[:-4] for r, v in zip(refs, task.ref_values) if v is None)
-            if self._direct and any(p in self._direct for p in producers):
-                # its producer went over a user thread's connection: following it onto its
-                # worker over the loop's might overtake it there; wait for the value
-                self._do(self.core.handle(Submit(
-                    task.task_id, task.key, task.max_retries, bool(task.resources),
-                    task.max_calls, True, ())))
-                return
         if not producers:
             sent = self.core.submit_fast(task.task_id, task.key, task.max_retries,
                                          bool(task.resources), task.max_calls)
@@ -263,6 +269,10 @@ class TaskSubmitter:
 
     @_locked
     def _on_worker_exited(self, sender: str, msg: m.WorkerExited, bufs: list[Any]) -> None:
+        if self._direct_leases.pop(msg.lease_id, None) is not None:
+            self._held.pop(msg.lease_id, None)  # the core sends them again elsewhere
+            for tid in [t for t, lid in self._direct.items() if lid == msg.lease_id]:
+                del self._direct[tid]
         self._gpu_env.pop(msg.lease_id, None)
         self._do(self.core.handle(WorkerExited(msg.lease_id, msg.reason)))
 
@@ -272,7 +282,22 @@ class TaskSubmitter:
             self.client.actors.on_result(sender, msg)
             return
         with self.lock:
+            if self._direct:
+                self._direct_done(msg.task_id)
             self._result(task, sender, msg)
+
+    def _direct_done(self, task_id: bytes) -> None:
+        """A directly sent task's result came: once none is in flight on its worker, the
+        sends held back for it go (in order)."""
+        lid = self._direct.pop(task_id, None)
+        if lid is None:
+            return
+        conn, n = self._direct_leases.pop(lid, (0, 1))
+        if n > 1:
+            self._direct_leases[lid] = (conn, n - 1)
+            return
+        for action in self._held.pop(lid, ()):
+            self._send(action)
 
     def _result(self, task: Task, sender: str, msg: m.TaskResult) -> None:
         if msg.borrowed:
@@ -332,7 +357,17 @@ class TaskSubmitter:
         if msg.contained:
             self.client.hold_returned(sender, task.return_ids(), msg.contained)
 
+    @_locked
+    def _send_locked(self, action: Send) -> None:
+        self._send(action)
+
     def _send(self, action: Send) -> None:
+        placed = self.core.tasks.get(action.task_id)
+        if placed is None or placed.lease != action.lease_id:
+            return  # a held or posted send whose task ended or moved meanwhile
+        if action.lease_id in self._direct_leases:
+            self._held.setdefault(action.lease_id, []).append(action)
+            return
         self.client.loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
 
     def _execute(self, action: Send, connection: int) -> m.ExecuteTask:
@@ -361,7 +396,6 @@ class TaskSubmitter:
 
     def _finish(self, task: Task, returns: list[m.Value], *, failed: bool) -> None:
         self.tasks.pop(task.task_id, None)
-        self._direct.discard(task.task_id)
         task.done = True
         objects = self.client.objects
         rebuildable: bool | None = None  # worked out for the first stored value only
