@@ -34,6 +34,8 @@ class Waitable(Protocol):
     def is_set(self) -> bool: ...
 
     def wait(self, timeout: float | None = None) -> bool: ...
+
+
 IDLE_CONNECTION_S = 60.0
 """An outbound connection unused this long is closed (reopened on the next send)."""
 

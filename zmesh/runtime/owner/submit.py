@@ -63,6 +63,9 @@ def _locked(method: F) -> F:
     @functools.wraps(method)
     def run(self: TaskSubmitter, *args: Any, **kwargs: Any) -> Any:
         with self.lock:
+            # the thread serving the loop now (a worker's may change: worker/relay.py); a
+            # submission from inside a handler never takes the direct path
+            self._loop_ident = threading.get_ident()
             return method(self, *args, **kwargs)
     return run  # type: ignore[return-value]
 
@@ -199,7 +202,6 @@ class TaskSubmitter:
     # -- loop thread: events in ------------------------------------------------------------
     @_locked
     def _accept(self, task: Task) -> None:
-        self._loop_ident = threading.get_ident()
         self._posted.popleft()
         self.tasks[task.task_id] = task
         if task.key not in self._shapes:
@@ -282,6 +284,7 @@ class TaskSubmitter:
             self.client.actors.on_result(sender, msg)
             return
         with self.lock:
+            self._loop_ident = threading.get_ident()
             if self._direct:
                 self._direct_done(msg.task_id)
             self._result(task, sender, msg)
