@@ -28,14 +28,6 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[str, Any, list[Any]], None]
 
 
-class Waitable(Protocol):
-    """What `wait_event` blocks on: a `threading.Event` or anything with its two calls."""
-
-    def is_set(self) -> bool: ...
-
-    def wait(self, timeout: float | None = None) -> bool: ...
-
-
 IDLE_CONNECTION_S = 60.0
 """An outbound connection unused this long is closed (reopened on the next send)."""
 
