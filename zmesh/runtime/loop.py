@@ -26,8 +26,6 @@ from zmesh.transports.base import Endpoint
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[str, Any, list[Any]], None]
-
-
 IDLE_CONNECTION_S = 60.0
 """An outbound connection unused this long is closed (reopened on the next send)."""
 
