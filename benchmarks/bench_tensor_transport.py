@@ -79,15 +79,16 @@ class Member:
         return times
 
 
-def _raw_peer(rank: int, port: int, sizes: list[int], reps: int, out: mp.Queue) -> None:
+def _raw_peer(rank: int, port: int, reps: int, todo: mp.Queue, out: mp.Queue) -> None:
+    """One of two plain processes with a gloo group; measures each size it is told to
+    (None: stop), so that raw and zmesh cells alternate size by size under the same load."""
     import torch.distributed as dist
 
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=300))
     pg = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=300))
-    results: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "rr": {},
-                                            "allreduce": {}}
-    for nbytes in sizes:
+    while (nbytes := todo.get()) is not None:
+        results: dict[str, float] = {}
         t = torch.ones(nbytes // 4)
         times = []
         for _ in range(reps + 1):
@@ -98,18 +99,19 @@ def _raw_peer(rank: int, port: int, sizes: list[int], reps: int, out: mp.Queue) 
             else:
                 pg.recv([t], 0, 0).wait()
             times.append(time.perf_counter() - start)
-        results["p2p"][nbytes] = statistics.median(times[1:])
-        results["p2p_best"][nbytes] = min(times[1:])
-        results["rr"][nbytes] = _raw_request_reply(pg, rank, t, reps)
+        results["p2p"] = statistics.median(times[1:])
+        results["p2p_best"] = min(times[1:])
+        results["rr"] = _raw_request_reply(pg, rank, t, reps)
         pg.allreduce([t]).wait()
         times = []
         for _ in range(reps):
             start = time.perf_counter()
             pg.allreduce([t]).wait()
             times.append(time.perf_counter() - start)
-        results["allreduce"][nbytes] = statistics.median(times)
-    if rank == 1:
-        out.put(results)
+        results["allreduce"] = statistics.median(times)
+        del t
+        if rank == 1:
+            out.put(results)
 
 
 def _raw_request_reply(pg, rank: int, t: torch.Tensor, reps: int) -> float:
@@ -134,21 +136,33 @@ def _raw_request_reply(pg, rank: int, t: torch.Tensor, reps: int) -> float:
     return statistics.median(times[1:]) if times else 0.0
 
 
-def raw(sizes: list[int], reps: int) -> dict[str, dict[int, float]]:
-    import torch.distributed as dist
+class Raw:
+    """The two plain processes, kept for the whole run."""
 
-    probe = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)  # type: ignore[attr-defined]
-    port = probe.port
-    del probe
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_raw_peer, args=(r, port, sizes, reps, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = out.get(timeout=1200)
-    for p in procs:
-        p.join(timeout=60)
-    return results  # type: ignore[no-any-return]
+    def __init__(self, reps: int) -> None:
+        import torch.distributed as dist
+
+        probe = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)  # type: ignore[attr-defined]
+        port = probe.port
+        del probe
+        ctx = mp.get_context("spawn")
+        self.out: mp.Queue = ctx.Queue()
+        self.todo = [ctx.Queue() for _ in range(2)]
+        self.procs = [ctx.Process(target=_raw_peer, args=(r, port, reps, self.todo[r], self.out))
+                      for r in range(2)]
+        for p in self.procs:
+            p.start()
+
+    def measure(self, nbytes: int) -> dict[str, float]:
+        for q in self.todo:
+            q.put(nbytes)
+        return self.out.get(timeout=1200)  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        for q in self.todo:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=60)
 
 
 def fmt_size(n: int) -> str:
@@ -164,10 +178,14 @@ def cell(values: list[float], scale: float = 1e3) -> str:
     return f"{med:.2f} [{min(values) * scale:.2f}-{max(values) * scale:.2f}]"
 
 
-def one_round(sizes: list[int], reps: int, producer, consumer,
-              members) -> dict[str, dict[int, float]]:
+def one_round(sizes: list[int], reps: int, raw: Raw, producer, consumer,
+              members) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
+    """Every size: raw first, then zmesh's cells, within seconds of each other."""
+    base: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "rr": {}, "allreduce": {}}
     out: dict[str, dict[int, float]] = {"store": {}, "tt": {}, "tt_best": {}, "ar": {}}
     for nbytes in sizes:
+        for k, v in raw.measure(nbytes).items():
+            base[k][nbytes] = v
         plain = producer.make.remote(nbytes)
         kept = producer.make_kept.remote(nbytes)
         zmesh.wait([plain, kept], num_returns=2)
@@ -177,7 +195,7 @@ def one_round(sizes: list[int], reps: int, producer, consumer,
         del plain, kept
         ar = zmesh.get([m.allreduce.remote(nbytes, reps) for m in members])
         out["ar"][nbytes] = statistics.median(ar[0] + ar[1])
-    return out
+    return base, out
 
 
 def main() -> None:
@@ -201,11 +219,12 @@ def main() -> None:
     col.create_collective_group(members, 2, [0, 1], backend="gloo", group_name="bench")
     rounds: list[tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]] = []
     loads = []
-    for _ in range(args.rounds):  # raw and zmesh alternate, so both see the same load
+    raw = Raw(reps)
+    for _ in range(args.rounds):  # raw and zmesh alternate size by size: the same load
         loads.append(os.getloadavg()[0])
-        baseline = raw(sizes, reps)
-        rounds.append((baseline, one_round(sizes, reps, producer, consumer, members)))
+        rounds.append(one_round(sizes, reps, raw, producer, consumer, members))
     loads.append(os.getloadavg()[0])
+    raw.stop()
     zmesh.shutdown()
 
     print(f"gloo on CPU, {os.cpu_count()} cores, {reps} transfers per cell (median), "
