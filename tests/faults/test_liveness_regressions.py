@@ -119,3 +119,23 @@ def test_an_alive_report_from_a_worker_killed_before_it_arrived_is_not_believed(
         assert zmesh.get(square.remote(3), timeout=30) == 9
         assert [zmesh.get(actor.call.remote(i), timeout=30) for i in range(3)] == [0, 1, 2]
         assert mesh.faults_injected == 1, mesh.story(20)
+
+
+@pytest.mark.parametrize("lost", ["ForwardActor", "ActorState"])
+def test_an_actor_forwarded_to_another_node_survives_its_lost_messages(lost: str) -> None:
+    # Messages between nodes can be lost (5% drop in the chaos runs, a reconnect on a real
+    # network). A lost ForwardActor (the host never heard of the actor) or a lost state
+    # report (the home never heard it was alive) left the first call waiting forever; the
+    # home now asks its hosts again every few seconds.
+    with sim_mesh(nodes=2, seed=5) as mesh:
+        here = zmesh.get_runtime_context().get_node_id()
+        node1 = next(n["NodeID"] for n in zmesh.nodes() if n["NodeID"] != here)
+        rule = mesh.link_faults(drop=1.0, kinds=[lost])
+        where = NodeAffinitySchedulingStrategy(node1, soft=False)
+        actor = Numbered.options(scheduling_strategy=where).remote()  # type: ignore[attr-defined]
+        ref = actor.call.remote(1)
+        mesh.advance(3.0)
+        mesh.net.rules.remove(rule)
+        start = mesh.now
+        assert zmesh.get(ref, timeout=60) == 1
+        assert mesh.now - start < 20.0

@@ -34,6 +34,10 @@ from zmesh.runtime.strategies import decode_strategy
 # CreateActor does: they travel on different connections. Wait this long before saying
 # that no node knows the actor.
 UNKNOWN_ACTOR_GRACE_S = 5.0
+# How often a home node checks on the actors it forwarded to other nodes: messages between
+# nodes can be lost (a link cut, a reconnect), and a lost ForwardActor or state report left
+# the actor's owner waiting forever.
+ACTOR_SWEEP_S = 2.0
 
 if TYPE_CHECKING:
     from zmesh.runtime.node.server import Node
@@ -51,6 +55,8 @@ class ActorManager:
         self.removed_groups = group_table.RemovedGroups()
         self.names = ActorDirectory(self)
         self.early_subscribers: dict[bytes, set[str]] = {}
+        self.quiet: set[bytes] = set()  # forwarded, not alive, no word for a whole sweep
+        self.sweeping = False
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.CreateActor, self._on_create)
@@ -79,6 +85,42 @@ class ActorManager:
         self.names.publish_location(entry)
         self._schedule(entry)
 
+    def _arm_sweep(self) -> None:
+        if not self.sweeping:
+            self.sweeping = True
+            self.node.loop.call_later(ACTOR_SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        """Ask again about each actor this node homes and another hosts: one not alive with
+        no word from its host for a whole period is forwarded again (the host answers a
+        repeat with its state); an alive one's host is asked for its state (a lost report of
+        a restart left the owner calling a dead worker). Runs while any actor may need it."""
+        self.sweeping = False
+        busy = False
+        for entry in self.actors.values():
+            if entry.state == "dead" or entry.proxy:
+                continue
+            if not entry.remote:
+                busy = busy or entry.state != "alive"  # placing it may forward it
+                continue
+            busy = True
+            aid = entry.spec.actor_id
+            if entry.state == "alive":
+                self.node.loop.send(entry.remote, m.SubscribeActor(
+                    actor_id=aid, subscriber=self.node.mesh_address))
+            elif aid in self.quiet:
+                self.node.forwarder.resend_actor(entry)
+            else:
+                self.quiet.add(aid)
+        if busy:
+            self._arm_sweep()
+
+    def _report(self, entry: ActorEntry, to: str) -> None:
+        self.node.loop.send(to, m.ActorState(
+            actor_id=entry.spec.actor_id, state=entry.state, address=entry.address,
+            error=entry.error, reason=entry.reason, class_name=entry.spec.class_name,
+            restarts=entry.restarts))
+
     def schedule(self, entry: ActorEntry) -> None:
         """Place the actor with the scheduler (here, forwarded, or waiting)."""
         self._schedule(entry)
@@ -95,11 +137,15 @@ class ActorManager:
             old.restarts = max(old.restarts, restarts)
             self._schedule(old)
             return
+        if old is not None and old.home == home:  # sent again: its home heard nothing back
+            self._report(old, home)
+            return
         entry = ActorEntry(spec, subscribers={home}, restarts=restarts, home=home, hops=hops)
         self.actors[spec.actor_id] = entry
         self._schedule(entry)
 
     def _schedule(self, entry: ActorEntry) -> None:
+        self._arm_sweep()  # (placing it may forward it)
         spec = entry.spec
         try:
             # The owner applied Ray's defaults (options.actor_resources): {} means zero.
@@ -147,6 +193,10 @@ class ActorManager:
         if entry is None:
             return
         if entry.remote and sender == entry.remote:  # the hosting node reports; pass it on
+            self.quiet.discard(msg.actor_id)
+            if (msg.state, msg.address, msg.restarts) == (entry.state, entry.address,
+                                                          entry.restarts):
+                return  # an answer to the sweep's question: nothing changed
             try:
                 state = life.ActorState(msg.state)
             except ValueError:

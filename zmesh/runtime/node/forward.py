@@ -97,6 +97,10 @@ class Forwarder:
         while len(self.passed_on) > PASSED_ON_LIMIT:
             self.passed_on.popitem(last=False)
 
+    def resend_actor(self, entry: ActorEntry) -> None:
+        """Send a forwarded actor to its host again (it heard nothing back)."""
+        self._forward_actor(entry, entry.remote, entry.hops)
+
     def _forward_actor(self, entry: ActorEntry, address: str, hops: int) -> None:
         spec = entry.spec
         blob = spec.fn_blob or self.ports.function_blob(spec.fn_id)
