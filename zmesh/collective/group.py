@@ -18,6 +18,7 @@ from typing import Any
 from zmesh.collective.types import CollectiveError
 
 HEARTBEAT_S = 0.5
+WAIT_SLICE_S = 0.25  # how soon a caller blocked in a gloo collective sees its group break
 
 
 class CollectiveGroup:
@@ -59,6 +60,30 @@ class CollectiveGroup:
         except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError for peer loss
             self.break_group(f"{what} failed on rank {self.rank}: {exc}")
             raise CollectiveError(self._message(what)) from exc
+        if self.backend == "gloo":
+            self._wait_in_slices(what, work)
+        else:
+            self._wait_for_future(what, work)
+
+    def _wait_in_slices(self, what: str, work: Any) -> None:
+        """Wait in torch itself (one wake-up when the collective ends, as a plain
+        `work.wait()`), in slices of WAIT_SLICE_S so that a broken group still wakes us: a
+        gloo work whose wait timed out is still pending and can be waited on again."""
+        slice_ = datetime.timedelta(seconds=WAIT_SLICE_S)
+        while True:
+            try:
+                work.wait(slice_)
+                return
+            except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError for both
+                if not work.is_completed() and "timed out" in str(exc).lower():
+                    self._check(what)  # our slice ran out: go on unless the group broke
+                    continue
+                self.break_group(f"{what} failed on rank {self.rank}: {exc}")
+                raise CollectiveError(self._message(what)) from exc
+
+    def _wait_for_future(self, what: str, work: Any) -> None:
+        """Wait for the work's completion on the host through its future (nccl: `wait()`
+        only orders the stream), waking at once when the group breaks."""
         done = threading.Event()
         with self._lock:
             self._pending.add(done)

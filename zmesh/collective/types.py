@@ -19,8 +19,7 @@ class ReduceOp(enum.Enum):
     def to_torch(self) -> Any:
         import torch.distributed as dist
 
-        return {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT,
-                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[self.value]
+        return getattr(dist.ReduceOp, self.name)  # SUM, PRODUCT, MIN, MAX: torch's names
 
 
 BACKENDS = ("gloo", "nccl")
