@@ -62,8 +62,11 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
                 pair = _pairs[(address, backend)] = _Pair(address, backend)
         out = [_empty(shape, getattr(torch, dtype), device) for shape, dtype in metas]
         sizes = [t.numel() * t.element_size() for t in out]
-        request, more = p.encode_request(key, sizes), p.extra_sizes(sizes)
-        status = torch.empty(1, dtype=torch.int64)
+        ctl = "cpu" if backend == "gloo" else device  # nccl: control tensors on the GPU too
+        request, more = p.encode_request(key, sizes).to(ctl), p.extra_sizes(sizes)
+        if more is not None:
+            more = more.to(ctl)
+        status = torch.empty(1, dtype=torch.int64, device=ctl)
         with pair.lock:
             done = pair.pg.recv([status], 0, p.TAG_STATUS)
             works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]

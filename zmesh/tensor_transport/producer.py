@@ -92,8 +92,9 @@ class KeptTensors:
             pg = pair_group(pair_id, 0, backend)
         except Exception:  # noqa: BLE001 - the consumer never came (its fetch fails alone)
             return
-        request = torch.empty(REQUEST_BYTES, dtype=torch.uint8)
-        status = torch.empty(1, dtype=torch.int64)
+        ctl = control_device(backend)  # nccl moves CUDA tensors only, control ones too
+        request = torch.empty(REQUEST_BYTES, dtype=torch.uint8, device=ctl)
+        status = torch.empty(1, dtype=torch.int64, device=ctl)
         while True:
             try:
                 pg.recv([request], 1, TAG_REQUEST).wait()
@@ -101,7 +102,7 @@ class KeptTensors:
                 if not 0 <= count <= MAX_TENSORS:
                     return  # not a consumer of ours: drop the pair
                 if count > INLINE_SIZES:  # sent right behind the request
-                    asked = torch.empty(count, dtype=torch.int64)
+                    asked = torch.empty(count, dtype=torch.int64, device=ctl)
                     pg.recv([asked], 1, TAG_SIZES).wait()
                     sizes = asked.tolist()
                 tensors = self.get(key)
@@ -112,7 +113,7 @@ class KeptTensors:
                 ok = tensors is not None
                 if tensors is None:
                     # zeros fill the consumer's posted receives: the pair stays in step
-                    tensors = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+                    tensors = [torch.zeros(n, dtype=torch.uint8, device=ctl) for n in sizes]
                 # post every send at once (the consumer posted its receives before asking),
                 # the status first (the consumer wakes on it while the data streams in, in
                 # place); one wait here
@@ -124,6 +125,16 @@ class KeptTensors:
                     self.sent_bytes += sum(sizes)
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
                 return
+
+
+def control_device(backend: str) -> str:
+    """Where a pair's control tensors (request, status, sizes) live: host memory for gloo,
+    this process's current CUDA device for nccl (not run on a GPU yet)."""
+    if backend != "nccl":
+        return "cpu"
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}"
 
 
 def encode_request(key: str, sizes: list[int]) -> Any:
@@ -146,7 +157,7 @@ def extra_sizes(sizes: list[int]) -> Any:
 
 
 def decode_request(request: Any) -> tuple[str, int, list[int]]:
-    raw = bytes(request.numpy())
+    raw = bytes(request.cpu().numpy())
     count = int.from_bytes(raw[KEY_BYTES:KEY_BYTES + 8], "little")
     inline = min(max(count, 0), INLINE_SIZES)
     base = KEY_BYTES + 8
