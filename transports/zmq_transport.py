@@ -25,6 +25,7 @@ import os
 import stat
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -123,7 +124,8 @@ class ZmqEndpoint(Endpoint):
         self._peers: OrderedDict[str, zmq.Socket[bytes]] = OrderedDict()
         self._used: dict[str, float] = {}  # peer -> when it was last switched to
         self._last_to = ""
-        self._thread_senders: list[ZmqThreadSender] = []
+        # weak: a thread's sender (held in its thread-local) closes when the thread ends
+        self._thread_senders: weakref.WeakSet[ZmqThreadSender] = weakref.WeakSet()
         self._ipc_path: str | None = None
         self._extra_ipc_paths: list[str] = []
         # Reentrant: a finalizer run by the garbage collector inside wake() may wake again.
@@ -412,7 +414,7 @@ class ZmqEndpoint(Endpoint):
         if self._closed:
             raise TransportError(f"endpoint {self.address!r} is closed")
         sender = ZmqThreadSender(self)
-        self._thread_senders.append(sender)
+        self._thread_senders.add(sender)
         return sender
 
     def disconnect(self, peer: str) -> None:
@@ -448,7 +450,7 @@ class ZmqEndpoint(Endpoint):
         for dealer in self._peers.values():
             dealer.close()
         self._peers.clear()
-        for sender in getattr(self, "_thread_senders", []):
+        for sender in list(getattr(self, "_thread_senders", ())):
             sender.close()
         peers = getattr(self, "peers", None)
         if peers is not None:
@@ -479,13 +481,28 @@ def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
     return ZmqEndpoint(address, **options)
 
 
+_thread_sender_ids = itertools.count(1)
+
+
 class ZmqThreadSender:
-    """Outbound DEALERs owned by one thread other than the endpoint's (see thread_sender)."""
+    """Outbound DEALERs owned by one thread other than the endpoint's (see thread_sender).
+
+    The thread keeps it (a thread-local); the endpoint only a weak reference, so its sockets
+    close when the thread ends (a pool of short-lived threads leaves no fds behind).
+    `conn_id` names its connections for the whole process lifetime (never reused, unlike
+    an `id()`)."""
 
     def __init__(self, endpoint: ZmqEndpoint) -> None:
         self._endpoint = endpoint
         self._peers: dict[str, zmq.Socket[bytes]] = {}
         self._closed = False
+        self.conn_id = next(_thread_sender_ids)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the context may be gone already
+            pass
 
     def send(self, to: str, frames: Sequence[Buffer]) -> None:
         """Send a message; TransportError if closed or the peer's queue is full."""

@@ -21,7 +21,6 @@ from zmesh.errors import (
     ObjectLostError,
     OwnerDiedError,
     PlacementGroupError,
-    TransportError,
     ZmeshError,
 )
 from zmesh.object_ref import ObjectRef
@@ -189,7 +188,7 @@ class CoreClient:
             return
         try:
             sender.send(to, [codec.encode(msg)])
-        except TransportError:
+        except Exception:  # TransportError, or no socket to be had (fds): the loop sends it
             self.loop.send_threadsafe(to, msg)
 
     # -- node requests ---------------------------------------------------------------------

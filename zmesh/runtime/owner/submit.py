@@ -39,7 +39,7 @@ from zmesh.core.task_owner import (
     TaskOwner,
     WorkerExited,
 )
-from zmesh.errors import TaskCancelledError, TransportError, WorkerCrashedError
+from zmesh.errors import TaskCancelledError, WorkerCrashedError
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
@@ -181,20 +181,29 @@ class TaskSubmitter:
             self.tasks[task.task_id] = task
             if sent is True:  # queued: the loop sends it when its worker has room
                 return True
-            conn = id(sender)  # the endpoint keeps its thread senders: ids are not reused
+            conn = sender.conn_id  # never reused by another thread's connection
             lid = sent.lease_id
             before = len(self.core.leases[lid].inflight) - 1
             mine = self._direct_leases.get(lid, (conn, 0))
-            if mine[0] != conn or mine[1] != before:  # others in flight there: via the loop
-                client.loop.call_soon(self._send_locked, sent)
+            if mine[0] != conn or mine[1] != before or lid in self._held:
+                # Others are in flight there: the loop sends it, before anything it decides
+                # for that worker later (a call_soon alone could be overtaken by a send the
+                # loop makes while handling a result first: a chained task then waits
+                # forever for an argument queued behind it on the same worker).
+                self._hold(sent)
                 return True
-            self._direct[task.task_id] = lid
-            self._direct_leases[lid] = (conn, before + 1)
             try:
                 sender.send(sent.worker, [codec.encode(self._execute(sent, conn))])
-            except TransportError:  # over the loop's connection instead (code included)
+            except Exception:  # not sent (a full queue, no fds left): the loop sends it
                 self._sent_fns.discard((sent.worker, task.fn_id, conn))
-                client.loop.send_threadsafe(sent.worker, self._execute(sent, LOOP_CONNECTION))
+                self._hold(sent)
+                return True
+            except BaseException:  # an interrupt: the loop sends it (tasks are at least
+                self._sent_fns.discard((sent.worker, task.fn_id, conn))  # once), then raise
+                self._hold(sent)
+                raise
+            self._direct[task.task_id] = lid
+            self._direct_leases[lid] = (conn, before + 1)
             return True
         finally:
             self.lock.release()
@@ -271,8 +280,8 @@ class TaskSubmitter:
 
     @_locked
     def _on_worker_exited(self, sender: str, msg: m.WorkerExited, bufs: list[Any]) -> None:
+        self._held.pop(msg.lease_id, None)  # the core sends them again elsewhere
         if self._direct_leases.pop(msg.lease_id, None) is not None:
-            self._held.pop(msg.lease_id, None)  # the core sends them again elsewhere
             for tid in [t for t, lid in self._direct.items() if lid == msg.lease_id]:
                 del self._direct[tid]
         self._gpu_env.pop(msg.lease_id, None)
@@ -360,16 +369,27 @@ class TaskSubmitter:
         if msg.contained:
             self.client.hold_returned(sender, task.return_ids(), msg.contained)
 
+    def _hold(self, action: Send) -> None:
+        """Queue a send the core decided off the loop (lock held): the loop sends it with
+        whatever it decides for that worker meanwhile, in order (`_release`)."""
+        self._held.setdefault(action.lease_id, []).append(action)
+        self.client.loop.call_soon(self._release, action.lease_id)
+
     @_locked
-    def _send_locked(self, action: Send) -> None:
-        self._send(action)
+    def _release(self, lease_id: bytes) -> None:
+        """Send what is held for `lease_id`, in order, unless directly sent tasks are still
+        in flight there (their last result releases it: `_direct_done`)."""
+        if lease_id in self._direct_leases:
+            return
+        for action in self._held.pop(lease_id, ()):
+            self._send(action)
 
     def _send(self, action: Send) -> None:
         placed = self.core.tasks.get(action.task_id)
         if placed is None or placed.lease != action.lease_id:
             return  # a held or posted send whose task ended or moved meanwhile
-        if action.lease_id in self._direct_leases:
-            self._held.setdefault(action.lease_id, []).append(action)
+        if action.lease_id in self._direct_leases or action.lease_id in self._held:
+            self._held.setdefault(action.lease_id, []).append(action)  # behind those held
             return
         self.client.loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
 
