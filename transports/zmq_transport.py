@@ -38,6 +38,7 @@ from zmesh.security.keys import ClusterCredentials, process_credentials
 from .base import Buffer, Endpoint, frame_nbytes
 from .zmq_context import ipc_socket_in_use, new_router, prepare_dealer, shared_context
 from .zmq_peers import PeerTable
+from .zmq_thread_sender import ZERO_COPY_THRESHOLD, ZmqThreadSender
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -50,7 +51,6 @@ __all__ = [
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
 DEFAULT_MAX_PEERS = 256
 """Outbound connections an endpoint keeps open at most (the least recently used go first)."""
-ZERO_COPY_THRESHOLD = 64 * 1024
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
 _MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
@@ -479,66 +479,3 @@ class ZmqEndpoint(Endpoint):
 def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
     """Registry factory for tcp://, ipc:// and inproc://."""
     return ZmqEndpoint(address, **options)
-
-
-_thread_sender_ids = itertools.count(1)
-
-
-class ZmqThreadSender:
-    """Outbound DEALERs owned by one thread other than the endpoint's (see thread_sender).
-
-    The thread keeps it (a thread-local); the endpoint only a weak reference, so its sockets
-    close when the thread ends (a pool of short-lived threads leaves no fds behind).
-    `conn_id` names its connections for the whole process lifetime (never reused, unlike
-    an `id()`)."""
-
-    def __init__(self, endpoint: ZmqEndpoint) -> None:
-        self._endpoint = endpoint
-        self._peers: dict[str, zmq.Socket[bytes]] = {}
-        self._closed = False
-        self.conn_id = next(_thread_sender_ids)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # at interpreter exit the context may be gone already
-            pass
-
-    def send(self, to: str, frames: Sequence[Buffer]) -> None:
-        """Send a message; TransportError if closed or the peer's queue is full."""
-        if self._closed:
-            raise TransportError(f"thread sender of {self._endpoint.address!r} is closed")
-        dealer = self._peers.get(to)
-        if dealer is None:
-            ep = self._endpoint
-            dealer = ep._context.socket(zmq.DEALER)
-            dealer.linger = ep._linger_ms
-            dealer.sndhwm = ep._sndhwm
-            try:
-                prepare_dealer(dealer, to, ep.credentials, ep.address)
-                dealer.connect(to)
-            except zmq.ZMQError as exc:
-                dealer.close(linger=0)
-                raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
-            if len(self._peers) >= ep._max_peers:  # bounded like the endpoint's, oldest first
-                self._peers.pop(next(iter(self._peers))).close()
-            self._peers[to] = dealer
-        try:
-            last = len(frames) - 1
-            for index, frame in enumerate(frames):
-                size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
-                _send(dealer, frame, _NOBLOCK if index == last else _SNDMORE,
-                      size < ZERO_COPY_THRESHOLD)
-        except zmq.Again:
-            raise TransportError(f"send queue to {to!r} is full") from None
-        except zmq.ZMQError as exc:
-            raise TransportError(f"cannot send to {to!r}: {exc}") from exc
-
-    def close(self) -> None:
-        """Close its sockets (the endpoint's close does this too)."""
-        if self._closed:
-            return
-        self._closed = True
-        for dealer in self._peers.values():
-            dealer.close()
-        self._peers.clear()
