@@ -3,10 +3,17 @@
 Each schedule runs 50 steps (tasks with retries, ref chains, numbered calls to an actor with
 max_restarts=-1 / max_task_retries=-1, puts read by tasks) under kills, pauses, partitions
 and 5% drop, all on virtual time; the figures go to the end-of-run summary.
+
+The 200 schedules are the same in every run (hypothesis derandomized, as the random-program
+test in test_runtime_under_faults.py): CI judges a fixed set, and a red run means a change
+broke one of them, not that a new schedule was drawn. `ZMESH_FAULT_SEARCH_RANDOM=1` searches
+new schedules instead (how plan seed 246 below was found).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import numpy as np
@@ -93,6 +100,7 @@ def run_steps(history: History) -> None:
 
 
 @settings(max_examples=SCHEDULES, deadline=None, database=None,
+          derandomize=not os.environ.get("ZMESH_FAULT_SEARCH_RANDOM"),
           suppress_health_check=[HealthCheck.too_slow])
 @given(plan=fault_plans(kill_workers=True, kill_actors=True, kill_nodes=True, pauses=True,
                         partitions=True, drop=0.05, min_faults=1, max_faults=6,
@@ -136,3 +144,31 @@ def test_step_is_refused_on_a_mesh_whose_plan_runs_on_the_clock() -> None:
     with (sim_mesh(nodes=1, seed=1, faults=FaultPlan(seed=1, nodes=1)) as mesh,
           pytest.raises(ZmeshError, match="in steps")):
         mesh.step()
+
+
+# Found by a random search (taskpath helper's full run): a TaskResult from a worker on n2 to
+# the driver on n0 is dropped twice by the 5% link fault, and the chain's get never resolves.
+# Owner<->worker messages are not sent again yet (only node<->node ones are: forwarded leases,
+# forwarded actors); the real-process chaos target drops node->node messages only. Kept here
+# strict, so that the day a lost TaskResult is recovered this reminds us to turn it green.
+PLAN_246 = {"seed": 246, "nodes": 3, "unit": "s", "faults": [
+    {"fault": "link", "kind": "drop", "rate": 0.05, "duration": 0.0027, "between": [1],
+     "messages": None, "delay": 0.05, "at": 0.0021},
+    {"fault": "kill_worker", "node": 0, "at": 0.0108},
+    {"fault": "kill_actor", "name": None, "at": 0.0123},
+    {"fault": "link", "kind": "drop", "rate": 0.05, "duration": 0.0072, "between": [0],
+     "messages": None, "delay": 0.05, "at": 0.0123},
+    {"fault": "kill_actor", "name": None, "at": 0.0129},
+    {"fault": "link", "kind": "drop", "rate": 0.05, "duration": 0.0078, "between": None,
+     "messages": None, "delay": 0.05, "at": 0.0135}]}
+
+
+@pytest.mark.xfail(strict=True, reason="KNOWN GAP (issue 9): a lost TaskResult between a "
+                   "worker and its owner is never sent again; the chain's get hangs")
+def test_a_task_result_lost_between_worker_and_owner_is_recovered() -> None:
+    plan = FaultPlan.from_json(json.dumps(PLAN_246))
+    history = History()
+    with sim_mesh(nodes=plan.nodes, seed=plan.seed, faults=plan) as mesh:
+        run_steps(history)
+        mesh.validate()
+    assert history.violations(get_bound=30.0) == []
