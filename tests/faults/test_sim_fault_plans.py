@@ -146,11 +146,10 @@ def test_step_is_refused_on_a_mesh_whose_plan_runs_on_the_clock() -> None:
         mesh.step()
 
 
-# Found by a random search (taskpath helper's full run): a TaskResult from a worker on n2 to
-# the driver on n0 is dropped twice by the 5% link fault, and the chain's get never resolves.
-# Owner<->worker messages are not sent again yet (only node<->node ones are: forwarded leases,
-# forwarded actors); the real-process chaos target drops node->node messages only. Kept here
-# strict, so that the day a lost TaskResult is recovered this reminds us to turn it green.
+# Found by a random search: a TaskResult from a worker on n2 to the driver on n0 is dropped
+# twice by the 5% link fault, and the chain's get never resolved (owner<->worker messages
+# were not sent again; now the owner sends an overdue task again and the worker answers a
+# repeat from the result it kept: owner/resend.py, worker/recent_tasks.py).
 PLAN_246 = {"seed": 246, "nodes": 3, "unit": "s", "faults": [
     {"fault": "link", "kind": "drop", "rate": 0.05, "duration": 0.0027, "between": [1],
      "messages": None, "delay": 0.05, "at": 0.0021},
@@ -163,8 +162,6 @@ PLAN_246 = {"seed": 246, "nodes": 3, "unit": "s", "faults": [
      "messages": None, "delay": 0.05, "at": 0.0135}]}
 
 
-@pytest.mark.xfail(strict=True, reason="KNOWN GAP (issue 9): a lost TaskResult between a "
-                   "worker and its owner is never sent again; the chain's get hangs")
 def test_a_task_result_lost_between_worker_and_owner_is_recovered() -> None:
     plan = FaultPlan.from_json(json.dumps(PLAN_246))
     history = History()

@@ -45,6 +45,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.owner.resend import SWEEP_S, Resends
 
 if TYPE_CHECKING:
     from zmesh.object_ref import ObjectRef
@@ -139,6 +140,8 @@ class TaskSubmitter:
         self._direct_leases: dict[bytes, tuple[int, int]] = {}
         self._held: dict[bytes, list[Send]] = {}
         self._loop_ident = 0  # the loop thread's id, once it accepted a task
+        self.resends = Resends()  # tasks out at workers, sent again if no result comes
+        self._sweep_armed = False
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.LeaseGranted, self._on_lease_granted)
@@ -204,6 +207,7 @@ class TaskSubmitter:
                 raise
             self._direct[task.task_id] = lid
             self._direct_leases[lid] = (conn, before + 1)
+            self._note_sent(sent)
             return True
         finally:
             self.lock.release()
@@ -294,6 +298,7 @@ class TaskSubmitter:
             return
         with self.lock:
             self._loop_ident = threading.get_ident()
+            self.resends.answered(msg.task_id)
             if self._direct:
                 self._direct_done(msg.task_id)
             self._result(task, sender, msg)
@@ -392,6 +397,36 @@ class TaskSubmitter:
             self._held.setdefault(action.lease_id, []).append(action)  # behind those held
             return
         self.client.loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
+        self._note_sent(action)
+
+    def _note_sent(self, action: Send) -> None:
+        """Watch a task now out at its worker (lock held); the sweep runs while any is."""
+        self.resends.sent(action, self.client.loop.clock())
+        if not self._sweep_armed:
+            self._sweep_armed = True
+            self.client.loop.call_soon(self._arm_sweep)
+
+    def _arm_sweep(self) -> None:
+        self.client.loop.call_later(SWEEP_S, self._sweep)
+
+    @_locked
+    def _sweep(self) -> None:
+        """Send again the tasks whose result is overdue (resend.py): a lost ExecuteTask or
+        TaskResult must not leave a get waiting forever."""
+        loop = self.client.loop
+        tasks = self.core.tasks
+
+        def placed(tid: bytes) -> tuple[bytes, int] | None:
+            t = tasks.get(tid)
+            return (t.lease, t.attempt) if t is not None else None
+
+        for action in self.resends.due(loop.clock(), placed):
+            if action.task_id in self.tasks:
+                loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
+        if len(self.resends):
+            loop.call_later(SWEEP_S, self._sweep)
+        else:
+            self._sweep_armed = False
 
     def _execute(self, action: Send, connection: int) -> m.ExecuteTask:
         """The message that runs the task `action` sends, for a connection (lock held)."""

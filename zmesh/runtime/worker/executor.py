@@ -32,6 +32,7 @@ from zmesh.runtime.owner.actor_calls import CANCELLED_CALL
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
+from zmesh.runtime.worker.recent_tasks import RecentTasks
 from zmesh.task_error import capture
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ class Executor:
         self._env_saved: dict[str, str | None] = {}
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
-        loop.on(m.ExecuteTask, lambda s, msg, b: self.work.put(msg))
+        self.recent = RecentTasks()  # a task its owner sends again runs at most once
+        loop.on(m.ExecuteTask, self._on_execute)
         loop.on(m.CreateActor, lambda s, msg, b: self.work.put(msg))
         loop.on(m.ActorCall, self._on_call)
         loop.on(m.CancelTask, self._on_cancel)
@@ -80,6 +82,13 @@ class Executor:
         self.thread.start()
 
     # -- loop thread -----------------------------------------------------------------------
+    def _on_execute(self, sender: str, msg: m.ExecuteTask, bufs: list[Any]) -> None:
+        run, answer = self.recent.take(msg)
+        if run:
+            self.work.put(msg)
+        elif answer is not None:  # it ran: its result was lost on the way; send it again
+            self.client.loop.send(msg.owner, answer)
+
     def _on_call(self, sender: str, msg: m.ActorCall, bufs: list[Any]) -> None:
         for call in self.mailbox.deliver(msg.caller, msg.seq, msg):
             if self.aio is not None:
@@ -157,7 +166,8 @@ class Executor:
         client = self.client
         n = max(msg.num_returns, 1)
         if msg.task_id in self.cancelled:
-            self._reply(msg.owner, msg.task_id, [_cancelled(msg.name)] * n, [])
+            self.recent.finished(msg.task_id, msg.attempt, self._reply(
+                msg.owner, msg.task_id, [_cancelled(msg.name)] * n, []))
             return
         _switch_env(self._env_saved, msg.env_vars)
         events.recorder.begin(msg.task_id, msg.name, "task")
@@ -193,7 +203,8 @@ class Executor:
             runtime_env.leave(code_env)
             client.current_task_id = b""
             client.current_placement_group, client.inherited_strategy = None, b""
-        self._reply(msg.owner, msg.task_id, returns, refs)
+        self.recent.finished(msg.task_id, msg.attempt,
+                             self._reply(msg.owner, msg.task_id, returns, refs))
 
     def _resolve_pending(self, msg: m.ExecuteTask) -> m.Args:
         """Fill in arguments the owner sent as pending: from values this worker made itself,
@@ -236,7 +247,9 @@ class Executor:
             out.append(value)
         return out
 
-    def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any]) -> None:
+    def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any]
+               ) -> m.TaskResult:
+        """Send a task's result to its owner; the message, to send again if asked."""
         ok = True
         produced = self.produced
         for i, value in enumerate(returns):
@@ -258,6 +271,7 @@ class Executor:
             self.client.loop.send_threadsafe(owner, result)
         else:
             self.client.send_direct(owner, result)
+        return result
 
     # -- actors ----------------------------------------------------------------------------
     def _create_actor(self, spec: m.CreateActor) -> None:

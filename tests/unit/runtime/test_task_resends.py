@@ -1,0 +1,54 @@
+"""A task whose result is overdue is sent again, ever more rarely, and only while the core
+still has it out on the same lease and attempt (owner/resend.py); a worker runs a task once
+per attempt and answers a repeat from the result it kept (worker/recent_tasks.py)."""
+
+from __future__ import annotations
+
+from zmesh.core.task_owner import Send
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.owner.resend import RESEND_AFTER_S, Resends
+from zmesh.runtime.worker.recent_tasks import RecentTasks
+
+
+def test_an_overdue_task_is_sent_again_with_backoff_until_answered() -> None:
+    r = Resends()
+    send = Send(b"t", b"lease", "worker", 0)
+    r.sent(send, now=100.0)
+
+    def placed(tid: bytes) -> tuple[bytes, int] | None:
+        return (b"lease", 0)
+
+    assert r.due(100.0 + RESEND_AFTER_S * 0.99, placed) == []
+    assert r.due(100.0 + RESEND_AFTER_S, placed) == [send]
+    t = 100.0 + RESEND_AFTER_S
+    assert r.due(t + 2 * RESEND_AFTER_S * 0.99, placed) == []  # then twice the wait
+    assert r.due(t + 2 * RESEND_AFTER_S, placed) == [send]
+    r.answered(b"t")
+    assert r.due(t + 100 * RESEND_AFTER_S, placed) == [] and len(r) == 0
+
+
+def test_a_task_that_moved_or_ended_is_forgotten() -> None:
+    r = Resends()
+    r.sent(Send(b"a", b"l1", "w", 0), now=0.0)
+    r.sent(Send(b"b", b"l1", "w", 0), now=0.0)
+    r.sent(Send(b"c", b"l1", "w", 0), now=0.0)
+    where = {b"a": (b"l2", 0), b"b": (b"l1", 1)}  # a moved lease, b retried, c ended
+    assert r.due(1e9, where.get) == [] and len(r) == 0
+
+
+def _task(tid: bytes, attempt: int = 0) -> m.ExecuteTask:
+    return m.ExecuteTask(task_id=tid, owner="ipc:///o", fn_id=b"f", name="f",
+                         args=m.Args(data=b"", refs=[]), num_returns=1, attempt=attempt)
+
+
+def test_a_worker_runs_a_task_once_per_attempt_and_answers_a_repeat() -> None:
+    recent = RecentTasks(keep=3)
+    assert recent.take(_task(b"t")) == (True, None)  # new: run it
+    assert recent.take(_task(b"t")) == (False, None)  # still running: its result will go
+    result = m.TaskResult(task_id=b"t", returns=[])
+    recent.finished(b"t", 0, result)
+    assert recent.take(_task(b"t")) == (False, result)  # ran: send the result again
+    assert recent.take(_task(b"t", attempt=1)) == (True, None)  # a retry is a new run
+    for tid in (b"x", b"y", b"z"):
+        recent.take(_task(tid))
+    assert recent.take(_task(b"t")) == (True, None)  # forgotten (bounded): runs again

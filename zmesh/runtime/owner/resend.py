@@ -1,0 +1,65 @@
+"""Tasks sent to a worker with no result yet, and when to send each again.
+
+A message between an owner and a worker can be lost (a connection that breaks and comes
+back, a link fault in the simulated mesh). If the `ExecuteTask` is lost the task never runs;
+if the `TaskResult` is lost the owner never hears of it; either way its `get` would wait
+forever. So the owner sends a task again when no result came `RESEND_AFTER_S` after it was
+sent, then after twice that, and so on (a long task is asked about ever more rarely). The
+worker runs a task once per attempt and answers a repeat from the result it kept
+(`worker/recent_tasks.py`), or not at all while the task still runs. One sweep per owner
+every `SWEEP_S` while tasks are out: nothing per task on the hot path but a dict entry.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zmesh.core.task_owner import Send
+
+__all__ = ["RESEND_AFTER_S", "SWEEP_S", "Resends"]
+
+RESEND_AFTER_S = float(os.environ.get("ZMESH_TASK_RESEND_S", "5.0"))
+"""Seconds without a result before a task is sent again (then 2x, 4x, ... that)."""
+
+SWEEP_S = RESEND_AFTER_S / 2
+
+
+@dataclass
+class _Out:
+    action: Send
+    sent_at: float
+    wait: float
+
+
+class Resends:
+    """The tasks out at workers (loop thread, or a user thread holding the submitter's lock)."""
+
+    def __init__(self) -> None:
+        self._out: dict[bytes, _Out] = {}
+
+    def __len__(self) -> int:
+        return len(self._out)
+
+    def sent(self, action: Send, now: float) -> None:
+        """`action`'s task went to its worker at `now`."""
+        self._out[action.task_id] = _Out(action, now, RESEND_AFTER_S)
+
+    def answered(self, task_id: bytes) -> None:
+        """Its result came (or it ended otherwise): stop watching it."""
+        self._out.pop(task_id, None)
+
+    def due(self, now: float, placed: Callable[[bytes], tuple[bytes, int] | None]
+            ) -> list[Send]:
+        """The sends to make again now. `placed(task id)`: the (lease, attempt) the core
+        has the task out on, if any; a watched task no longer there (ended, moved to another
+        lease, retried) is forgotten."""
+        again: list[Send] = []
+        for tid, out in list(self._out.items()):
+            if placed(tid) != (out.action.lease_id, out.action.attempt):
+                del self._out[tid]
+            elif now - out.sent_at >= out.wait:
+                again.append(out.action)
+                out.sent_at, out.wait = now, out.wait * 2
+        return again
