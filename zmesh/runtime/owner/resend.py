@@ -4,7 +4,8 @@ A message between an owner and a worker can be lost (a connection that breaks an
 back, a link fault in the simulated mesh). If the `ExecuteTask` is lost the task never runs;
 if the `TaskResult` is lost the owner never hears of it; either way its `get` would wait
 forever. So the owner sends a task again when no result came `RESEND_AFTER_S` after it was
-sent, then after twice that, and so on (a long task is asked about ever more rarely). The
+sent, then after twice that, and so on up to `MAX_WAIT_S` (a long task is asked about ever
+more rarely; a lossy link still gets four tries within 30 s). The
 worker runs a task once per attempt and answers a repeat from the result it kept
 (`worker/recent_tasks.py`), or not at all while the task still runs. One sweep per owner
 every `SWEEP_S` while tasks are out: nothing per task on the hot path but a dict entry.
@@ -18,10 +19,13 @@ from dataclasses import dataclass
 
 from zmesh.core.task_owner import Send
 
-__all__ = ["RESEND_AFTER_S", "SWEEP_S", "Resends"]
+__all__ = ["MAX_WAIT_S", "RESEND_AFTER_S", "SWEEP_S", "Resends"]
 
-RESEND_AFTER_S = float(os.environ.get("ZMESH_TASK_RESEND_S", "5.0"))
+RESEND_AFTER_S = float(os.environ.get("ZMESH_TASK_RESEND_S", "3.0"))
 """Seconds without a result before a task is sent again (then 2x, 4x, ... that)."""
+
+MAX_WAIT_S = 10 * RESEND_AFTER_S
+"""The longest wait between two sends of one task."""
 
 SWEEP_S = RESEND_AFTER_S / 2
 
@@ -61,5 +65,5 @@ class Resends:
                 del self._out[tid]
             elif now - out.sent_at >= out.wait:
                 again.append(out.action)
-                out.sent_at, out.wait = now, out.wait * 2
+                out.sent_at, out.wait = now, min(out.wait * 2, MAX_WAIT_S)
         return again

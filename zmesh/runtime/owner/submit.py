@@ -14,6 +14,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.task_owner import (
     Action,
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 
 PENDING = m.Value()  # an argument the worker resolves itself (it made it, or asks the owner)
 IDLE_LEASE_S = 0.5
-LOOP_CONNECTION = 0  # `_sent_fns` key of the loop's own connections (else: a thread sender's)
+LOOP_CONNECTION = 0  # the loop's own connections (else: a thread sender's conn_id)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,7 +123,8 @@ class TaskSubmitter:
     that makes its argument), so a worker gets tasks over one connection at a time: a user
     thread sends directly only to a worker with nothing in flight but what it sent itself,
     and the loop holds back what it would send to a worker with directly sent tasks in
-    flight until their results came. Code is sent once per connection (`_sent_fns`).
+    flight until their results came. Code goes with a task until the worker has answered one
+task of that function (`_fn_known`).
     """
 
     def __init__(self, client: CoreClient) -> None:
@@ -130,7 +133,7 @@ class TaskSubmitter:
         self.tasks: dict[bytes, Task] = {}  # the payloads of the tasks the core tracks
         self._shapes: dict[Hashable, Task] = {}  # the first task of each shape (lease asks)
         self._gpu_env: dict[bytes, dict[str, str]] = {}  # lease -> CUDA_VISIBLE_DEVICES
-        self._sent_fns: set[tuple[str, bytes, int]] = set()  # (worker, fn, connection)
+        self._fn_known: set[tuple[str, bytes]] = set()  # (worker, fn) it answered: has the code
         self.pending_reasons: dict[str, str] = {}
         self._rebuilding: Task | None = None
         self.lock = threading.RLock()  # the core and the tables above (see the class doc)
@@ -198,12 +201,10 @@ class TaskSubmitter:
             try:
                 sender.send(sent.worker, [codec.encode(self._execute(sent, conn))])
             except Exception:  # not sent (a full queue, no fds left): the loop sends it
-                self._sent_fns.discard((sent.worker, task.fn_id, conn))
                 self._hold(sent)
                 return True
             except BaseException:  # an interrupt: the loop sends it (tasks are at least
-                self._sent_fns.discard((sent.worker, task.fn_id, conn))  # once), then raise
-                self._hold(sent)
+                self._hold(sent)  # once), then raise
                 raise
             self._direct[task.task_id] = lid
             self._direct_leases[lid] = (conn, before + 1)
@@ -299,6 +300,10 @@ class TaskSubmitter:
         with self.lock:
             self._loop_ident = threading.get_ident()
             self.resends.answered(msg.task_id)
+            if (sender, task.fn_id) not in self._fn_known:
+                if len(self._fn_known) > 65536:  # bounded: forgetting costs a resent blob
+                    self._fn_known.clear()
+                self._fn_known.add((sender, task.fn_id))
             if self._direct:
                 self._direct_done(msg.task_id)
             self._result(task, sender, msg)
@@ -421,8 +426,12 @@ class TaskSubmitter:
             return (t.lease, t.attempt) if t is not None else None
 
         for action in self.resends.due(loop.clock(), placed):
-            if action.task_id in self.tasks:
-                loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
+            task = self.tasks.get(action.task_id)
+            if task is not None:
+                msg = self._execute(action, LOOP_CONNECTION)
+                if not msg.fn_blob:  # the message that carried the code may be the lost one
+                    msg = msgspec.structs.replace(msg, fn_blob=task.fn_blob)
+                loop.send(action.worker, msg)
         if len(self.resends):
             loop.call_later(SWEEP_S, self._sweep)
         else:
@@ -432,11 +441,9 @@ class TaskSubmitter:
         """The message that runs the task `action` sends, for a connection (lock held)."""
         task = self.tasks[action.task_id]
         task.attempt = action.attempt
-        key = (action.worker, task.fn_id, connection)
-        blob = b""
-        if key not in self._sent_fns:
-            self._sent_fns.add(key)
-            blob = task.fn_blob
+        # the code goes with every task until the worker answered one of them: the message
+        # that first carried it may be lost, or overtaken on another connection
+        blob = b"" if (action.worker, task.fn_id) in self._fn_known else task.fn_blob
         refs: list[m.Value] = []
         ref_ids: list[bytes] = []
         if task.ref_values:
