@@ -139,3 +139,32 @@ def test_an_actor_forwarded_to_another_node_survives_its_lost_messages(lost: str
         start = mesh.now
         assert zmesh.get(ref, timeout=60) == 1
         assert mesh.now - start < 20.0
+
+
+@zmesh.remote
+def lossy_square(x: int) -> int:
+    return x * x
+
+
+@zmesh.remote(max_restarts=-1, max_task_retries=-1)
+class LossyEcho:
+    def echo(self, x: int) -> int:
+        return x
+
+
+def test_tasks_and_actor_calls_survive_lost_messages_between_owner_and_worker() -> None:
+    """10% of every ExecuteTask, ActorCall and TaskResult between hosts is dropped: each get
+    still resolves (the owner sends an overdue task or call again; the worker runs it once
+    and answers a repeat from the answer it kept). Before, a lost ActorCall stalled every
+    later call of the caller in the actor's mailbox, and a lost TaskResult its get."""
+    with sim_mesh(nodes=3, seed=5) as mesh:
+        away = NodeAffinitySchedulingStrategy(node_id=mesh.nodes["n1"].node.node_id, soft=False)
+        echo = LossyEcho.options(scheduling_strategy=away).remote()
+        assert zmesh.get(echo.echo.remote(-1), timeout=30) == -1
+        mesh.link_faults(drop=0.1, kinds=["ExecuteTask", "ActorCall", "TaskResult"])
+        for i in range(30):
+            got = zmesh.get([echo.echo.remote(i),
+                             lossy_square.options(scheduling_strategy=away).remote(i)],
+                            timeout=30)
+            assert got == [i, i * i]
+        assert mesh.net.stats["dropped"] > 0  # the messages were really lost

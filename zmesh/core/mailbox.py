@@ -35,6 +35,11 @@ class Mailbox(Generic[T]):
         self._next[caller] = expected
         return out
 
+    def released(self, caller: str, seq: int) -> bool:
+        """Whether the call (caller, seq) was released already (a repeat of it is a
+        duplicate: its caller sent it again, not having heard back)."""
+        return seq < self._next.get(caller, 0)
+
     def waiting(self) -> int:
         """How many calls wait for an earlier one."""
         return sum(len(v) for v in self._early.values())

@@ -39,6 +39,7 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.owner.call_resends import CallResends
 from zmesh.task_error import ActorInitError, TaskError
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ class ActorCaller:
         self._lock = threading.Lock()
         self.pending_reasons: dict[str, str] = {}
         self.lives: dict[bytes, bytes] = {}  # handle-count id -> actor id (actors we created)
+        self.resends = CallResends(client.loop, self.calls)  # unanswered calls go again
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.ActorState, self._on_state)
@@ -117,6 +119,7 @@ class ActorCaller:
                     if call is None:
                         continue
                     msg = self._message(call, action.seq)
+                    self.resends.sent(action.address, msg)
                     if not on_loop:
                         self.client.send_direct(action.address, msg)
                     elif not self.client.loop.send(action.address, msg):
@@ -217,7 +220,9 @@ class ActorCaller:
             if sent is None:  # not alive (yet): the core queues it, or fails it
                 self._carry(self._handle(Submit(rec.actor_id, task_id)), on_loop=False)
             else:  # the common case: straight to the worker from this thread
-                client.send_direct(sent[0], self._message(call, sent[1]))
+                msg = self._message(call, sent[1])
+                self.resends.sent(sent[0], msg)
+                client.send_direct(sent[0], msg)
             return task_id
         ordered = not rec.unordered
         if ordered:
@@ -393,6 +398,7 @@ class ActorCaller:
         if not self.core.complete_fast(call.rec.actor_id, msg.task_id):
             return  # not in flight: an answer from a worker the call no longer waits on
         del self.calls[msg.task_id]
+        self.resends.answered(msg.task_id)
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         self._complete(call, msg.returns)

@@ -32,7 +32,7 @@ from zmesh.runtime.owner.actor_calls import CANCELLED_CALL
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
-from zmesh.runtime.worker.recent_tasks import RecentTasks
+from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
 from zmesh.task_error import capture
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ class Executor:
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
         self.recent = RecentTasks()  # a task its owner sends again runs at most once
+        self.replies = CallReplies()  # an actor call its caller sends again is answered again
         loop.on(m.ExecuteTask, self._on_execute)
         loop.on(m.CreateActor, lambda s, msg, b: self.work.put(msg))
         loop.on(m.ActorCall, self._on_call)
@@ -90,6 +91,11 @@ class Executor:
             self.client.loop.send(msg.owner, answer)
 
     def _on_call(self, sender: str, msg: m.ActorCall, bufs: list[Any]) -> None:
+        if self.mailbox.released(msg.caller, msg.seq):  # sent again: it ran or runs
+            answer = self.replies.get(msg.task_id)
+            if answer is not None:  # its answer was lost on the way: send it again
+                self.client.loop.send(msg.caller, answer)
+            return
         for call in self.mailbox.deliver(msg.caller, msg.seq, msg):
             if self.aio is not None:
                 self.aio.call_soon_threadsafe(self._start_async_call, call)
@@ -271,6 +277,8 @@ class Executor:
             self.client.loop.send_threadsafe(owner, result)
         else:
             self.client.send_direct(owner, result)
+        if self.actor is not None:
+            self.replies.put(result)
         return result
 
     # -- actors ----------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The tasks a worker took lately, so a task its owner sends again runs at most once.
+"""The tasks a worker took lately, so a task its owner sends again runs at most once, and
+the answers to its latest actor calls, so a call its caller sends again is answered again.
 
 An owner sends a task again when no result came for a while (`owner/submit.py`'s resend
 sweep): its `ExecuteTask` may have been lost on the way, or the `TaskResult` on the way
@@ -15,7 +16,7 @@ from collections import OrderedDict
 
 from zmesh.protocol.messages import runtime as m
 
-__all__ = ["RecentTasks"]
+__all__ = ["CallReplies", "RecentTasks"]
 
 KEEP = 512
 """Tasks remembered (queued, running or finished) per worker."""
@@ -47,3 +48,23 @@ class RecentTasks:
         with self._lock:
             if (task_id, attempt) in self._tasks:
                 self._tasks[(task_id, attempt)] = result
+
+
+class CallReplies:
+    """An actor's latest answers by call id, to send again when a caller repeats a call it
+    did not hear back from (its mailbox drops the repeat: it ran, or runs, already)."""
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self._keep = keep
+        self._replies: OrderedDict[bytes, m.TaskResult] = OrderedDict()
+        self._lock = threading.Lock()  # call threads put, the loop thread gets
+
+    def put(self, result: m.TaskResult) -> None:
+        with self._lock:
+            self._replies[result.task_id] = result
+            if len(self._replies) > self._keep:
+                self._replies.popitem(last=False)
+
+    def get(self, task_id: bytes) -> m.TaskResult | None:
+        with self._lock:
+            return self._replies.get(task_id)

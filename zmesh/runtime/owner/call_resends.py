@@ -1,0 +1,62 @@
+"""Actor calls sent with no answer yet, and when to send each again (as `resend.py` does
+for tasks).
+
+A call lost on its way leaves a gap in the actor's per-caller sequence: that call and every
+later one of this caller would wait forever in the actor's mailbox; a lost answer leaves the
+call's `get` waiting. So a call with no answer `RESEND_AFTER_S` after it was sent goes again,
+to the same worker with the same sequence number, then after twice that, and so on up to
+`MAX_WAIT_S`. The actor's mailbox drops a repeat of a call it released already, and its
+worker answers such a repeat again from the answers it kept (`worker/recent_tasks.py`), or
+not at all while the call still runs. A call the caller core sends anew (the actor
+restarted) is watched from that send; one that ended is forgotten at the next sweep.
+Any thread records a send (a dict entry); one timer per process sweeps while calls are out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.loop import EventLoop
+from zmesh.runtime.owner.resend import MAX_WAIT_S, RESEND_AFTER_S, SWEEP_S
+
+__all__ = ["CallResends"]
+
+
+class CallResends:
+    """The calls out at actors (`calls`: the ids of those still waiting for an answer)."""
+
+    def __init__(self, loop: EventLoop, calls: Container[bytes]) -> None:
+        self._loop = loop
+        self._calls = calls
+        self._out: dict[bytes, tuple[str, m.ActorCall, float, float]] = {}
+        self._armed = False
+
+    def sent(self, address: str, msg: m.ActorCall) -> None:
+        """`msg` went to the worker at `address` (any thread)."""
+        self._out[msg.task_id] = (address, msg, self._loop.clock(), RESEND_AFTER_S)
+        if not self._armed:
+            self._armed = True
+            self._loop.call_soon(self._arm)
+
+    def answered(self, task_id: bytes) -> None:
+        self._out.pop(task_id, None)
+
+    def _arm(self) -> None:
+        self._loop.call_later(SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        now = self._loop.clock()
+        for tid, (address, msg, sent_at, wait) in list(self._out.items()):
+            if tid not in self._calls:
+                self._out.pop(tid, None)
+            elif now - sent_at >= wait:
+                self._loop.send(address, msg)
+                self._out[tid] = (address, msg, now, min(wait * 2, MAX_WAIT_S))
+        if self._out:
+            self._loop.call_later(SWEEP_S, self._sweep)
+        else:
+            self._armed = False
+            if self._out:  # a send raced the last check: keep sweeping
+                self._armed = True
+                self._loop.call_later(SWEEP_S, self._sweep)
