@@ -52,3 +52,20 @@ def test_a_worker_runs_a_task_once_per_attempt_and_answers_a_repeat() -> None:
     for tid in (b"x", b"y", b"z"):
         recent.take(_task(tid))
     assert recent.take(_task(b"t")) == (True, None)  # forgotten (bounded): runs again
+
+
+def test_kept_answers_are_bounded_in_bytes() -> None:
+    from zmesh.runtime.worker import recent_tasks
+    from zmesh.runtime.worker.recent_tasks import CallReplies
+
+    big = m.Value(data=b"x" * (recent_tasks.KEEP_BYTES // 4))
+    replies = CallReplies()
+    for i in range(10):
+        replies.put(m.TaskResult(task_id=bytes([i]), returns=[big]))
+    kept = [i for i in range(10) if replies.get(bytes([i])) is not None]
+    assert kept == [7, 8, 9]  # the newest that fit in the budget
+    recent = RecentTasks()
+    for i in range(10):
+        recent.take(_task(bytes([i])))
+        recent.finished(bytes([i]), 0, m.TaskResult(task_id=bytes([i]), returns=[big]))
+    assert [i for i in range(10) if recent.take(_task(bytes([i])))[1] is not None] == [7, 8, 9]

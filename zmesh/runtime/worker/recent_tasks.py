@@ -21,6 +21,15 @@ __all__ = ["CallReplies", "RecentTasks"]
 KEEP = 512
 """Tasks remembered (queued, running or finished) per worker."""
 
+KEEP_BYTES = 8 << 20
+"""Bytes of kept answers (values inline in them) per worker: the oldest answers go first.
+A repeat whose answer was dropped runs again (a task), or goes unanswered (an actor call:
+its caller waits on; it takes over 8 MB of answers within the 3 s before a resend)."""
+
+
+def _size(result: m.TaskResult) -> int:
+    return 64 + sum(len(v.data) for v in result.returns)
+
 _RUNNING = None
 
 
@@ -30,6 +39,7 @@ class RecentTasks:
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
         self._tasks: OrderedDict[tuple[bytes, int], m.TaskResult | None] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()  # the loop thread takes, the executor thread finishes
 
     def take(self, msg: m.ExecuteTask) -> tuple[bool, m.TaskResult | None]:
@@ -38,8 +48,7 @@ class RecentTasks:
         with self._lock:
             if key not in self._tasks:
                 self._tasks[key] = _RUNNING
-                while len(self._tasks) > self._keep:
-                    self._tasks.popitem(last=False)
+                self._trim()
                 return True, None
             return False, self._tasks[key]
 
@@ -48,6 +57,15 @@ class RecentTasks:
         with self._lock:
             if (task_id, attempt) in self._tasks:
                 self._tasks[(task_id, attempt)] = result
+                self._bytes += _size(result)
+                self._trim()
+
+    def _trim(self) -> None:
+        tasks = self._tasks
+        while tasks and (len(tasks) > self._keep or self._bytes > KEEP_BYTES):
+            _, old = tasks.popitem(last=False)
+            if old is not None:
+                self._bytes -= _size(old)
 
 
 class CallReplies:
@@ -57,13 +75,19 @@ class CallReplies:
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
         self._replies: OrderedDict[bytes, m.TaskResult] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()  # call threads put, the loop thread gets
 
     def put(self, result: m.TaskResult) -> None:
         with self._lock:
-            self._replies[result.task_id] = result
-            if len(self._replies) > self._keep:
-                self._replies.popitem(last=False)
+            replies = self._replies
+            old = replies.pop(result.task_id, None)
+            if old is not None:
+                self._bytes -= _size(old)
+            replies[result.task_id] = result
+            self._bytes += _size(result)
+            while replies and (len(replies) > self._keep or self._bytes > KEEP_BYTES):
+                self._bytes -= _size(replies.popitem(last=False)[1])
 
     def get(self, task_id: bytes) -> m.TaskResult | None:
         with self._lock:
