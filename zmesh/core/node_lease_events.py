@@ -129,11 +129,15 @@ class PeerDied:
 
 @dataclass(frozen=True)
 class RemoteLeaseState:
-    """The node a lease was forwarded to says it granted it (`granted`) or is done with it."""
+    """The node a lease was forwarded to says it granted it (`granted`) or is done with it;
+    `unknown`: asked again, it has no record of it (it dropped it, e.g. when it wrongly took
+    this node for dead, or passed it on to a node that died), so nobody may ever answer the
+    owner: the origin places it again."""
 
     lease_id: bytes
     sender: str
     granted: bool
+    unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -332,11 +336,13 @@ class PassedOn:
 
 @dataclass(frozen=True)
 class TellOrigin:
-    """Tell the lease's origin node where it stands: granted to `worker`, or (None) done."""
+    """Tell the lease's origin node where it stands: granted to `worker`, or (None) done;
+    `unknown`: this node has no record of it (see RemoteLeaseState)."""
 
     lease_id: bytes
     origin: str
     worker: bytes | None
+    unknown: bool = False
 
 
 @dataclass(frozen=True)

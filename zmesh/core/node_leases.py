@@ -208,6 +208,11 @@ class NodeLeases:
                     return []
                 if event.granted:
                     lease.remote, lease.remote_granted = event.sender, True
+                elif event.unknown and not lease.remote_granted:
+                    # Asked again, the holder has no record of it: it dropped the request
+                    # unanswered (it took us for dead under a long pause, or passed it on to
+                    # a node that died). Place it again, or the owner waits forever.
+                    return self._lost_remote(lease, f"its node {event.sender} no longer has it")
                 else:
                     del self.leases[event.lease_id]
                 return []
@@ -426,8 +431,8 @@ class NodeLeases:
         """A lease forwarded here came again: say again where it stands (the first word may
         have been lost); one still waiting for resources says nothing yet."""
         lease = self.leases.get(event.lease_id)
-        if lease is None:
-            return [TellOrigin(event.lease_id, event.origin, None)]
+        if lease is None:  # returned, refused, or dropped: the origin tells them apart
+            return [TellOrigin(event.lease_id, event.origin, None, unknown=True)]
         if lease.origin != event.origin or lease.worker is None:
             return []
         return [TellOrigin(lease.lease_id, event.origin, lease.worker)]

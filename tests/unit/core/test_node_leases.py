@@ -219,8 +219,9 @@ def test_a_holder_asked_again_says_again_where_the_lease_stands():
     assert h.core.handle(ev.ForwardRepeated(b"L1", "tcp://n0")) == [
         ev.TellOrigin(b"L1", "tcp://n0", b"w1")]
     h.feed(ev.LeaseReturned(b"L1"))
+    # No record any more: returned here, refused, or dropped; the origin tells them apart.
     assert h.core.handle(ev.ForwardRepeated(b"L1", "tcp://n0")) == [
-        ev.TellOrigin(b"L1", "tcp://n0", None)]
+        ev.TellOrigin(b"L1", "tcp://n0", None, unknown=True)]
 
 
 def test_a_lost_holder_whose_grant_we_never_heard_of_is_replaced_under_a_fresh_id():
@@ -259,3 +260,42 @@ def test_a_holder_announces_a_forwarded_lease_until_its_origin_no_longer_has_it(
     h.feed(ev.LeaseReturned(b"L1"))
     assert h.core.handle(ev.Timer(node_leases.SWEEP_KEY)) == [] and not h.core.sweeping
     assert h.sched.available() == TOTAL
+
+
+def test_a_forward_its_holder_no_longer_knows_is_placed_again_under_a_fresh_id():
+    # Chaos seed 71: the node a lease was forwarded to passed it on to a node that died (it
+    # was paused through the death), then forgot it; asked again, it had no record. The
+    # origin took that for "done" and dropped its record: the owner waited forever for a
+    # grant. The origin now places the request again (the owner takes that grant only if it
+    # still waits for one) and tells the owner the old lease's worker, if any, exited.
+    h = Harness()
+    _forwarded(h)
+    h.core.handle(ev.ForwardSent(b"L1", "tcp://n2"))
+    h.feed(ev.WorkerStarted(b"w1"))
+    actions = h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
+                                                unknown=True))
+    assert [(a.lease_id, a.owner) for a in actions if isinstance(a, ev.TellWorkerExited)] == [
+        (b"L1", OWNERS[0])]
+    assert b"L1" not in h.core.leases and len(h.core.leases) == 1
+    (new_id,) = h.core.leases
+    assert new_id != b"L1"
+    h.core.validate()
+
+
+def test_done_and_unknown_of_a_granted_or_finished_forward_change_nothing_more():
+    h = Harness()
+    _forwarded(h)
+    h.core.handle(ev.ForwardSent(b"L1", "tcp://n2"))
+    assert h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False)) == []
+    assert h.core.leases == {}  # done there (refused, or returned): forgotten here
+    assert h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
+                                             unknown=True)) == []
+    assert h.core.leases == {}
+    h2 = Harness()
+    _forwarded(h2)
+    h2.core.handle(ev.ForwardSent(b"L1", "tcp://n2"))
+    h2.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))
+    # granted there: the owner holds it (or held it); it is not placed a second time
+    assert h2.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
+                                              unknown=True)) == []
+    assert h2.core.leases == {}

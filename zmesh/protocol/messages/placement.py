@@ -35,7 +35,9 @@ class ForwardLease(Message, tag=120):
 
 
 class ForwardedLeaseState(Message, tag=121):
-    """To the origin of a forwarded lease: it was `granted` on the sender, or is `done`."""
+    """To the origin of a forwarded lease: it was `granted` on the sender, or is `done`;
+    `unknown` answers a repeated ForwardLease the sender has no record of (the origin places
+    it again; an older origin takes it for `done`)."""
 
     lease_id: bytes
     state: str

@@ -128,7 +128,8 @@ class Forwarder:
 
     def _on_lease_state(self, sender: str, msg: p.ForwardedLeaseState, bufs: list[Any]) -> None:
         self.ports.lease_event(nl.RemoteLeaseState(msg.lease_id, sender,
-                                                   granted=msg.state == "granted"))
+                                                   granted=msg.state == "granted",
+                                                   unknown=msg.state == "unknown"))
 
     def return_passed_on(self, msg: m.ReturnLease) -> None:
         """A return for a lease we passed on: send it after the lease."""
@@ -139,6 +140,12 @@ class Forwarder:
     # -- a node died or left ---------------------------------------------------------------
     def node_gone(self, node_id: str, address: str, why: str) -> None:
         ports = self.ports
+        # Leases we passed on to it went with it, granted or not: forget where they went, so
+        # that the origin asking again hears that we have no record of them and places them
+        # again (following them to the dead node left the owner waiting forever: chaos seed
+        # 71, a node paused through a death passed a lease on to the dead node).
+        for lease_id in [lid for lid, where in self.passed_on.items() if where == address]:
+            del self.passed_on[lease_id]
         ports.lease_event(nl.PeerDied(address, node_id, why))
         ports.actors_node_gone(node_id, address, why)
         ports.groups_node_gone(node_id, address)

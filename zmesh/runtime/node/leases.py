@@ -186,8 +186,9 @@ class LeaseShell:
                     ports.decided(action.decision)
                 case nl.TellOrigin():
                     info = self.infos.get(action.worker) if action.worker else None
+                    state = "granted" if info else "unknown" if action.unknown else "done"
                     ports.send(action.origin, p.ForwardedLeaseState(
-                        lease_id=action.lease_id, state="granted" if info else "done",
+                        lease_id=action.lease_id, state=state,
                         worker_address=info.address if info else ""))
                 case _:
                     assert_never(action)
