@@ -168,3 +168,27 @@ def test_tasks_and_actor_calls_survive_lost_messages_between_owner_and_worker() 
                             timeout=30)
             assert got == [i, i * i]
         assert mesh.net.stats["dropped"] > 0  # the messages were really lost
+
+
+def test_a_late_answer_of_an_earlier_attempt_does_not_count_for_a_retry(tmp_path) -> None:
+    """Answers take 4 s, so the owner sends the task again at 3 s and its worker answers the
+    repeat from the answer it kept. The first run fails (retry_exceptions): attempt 1 runs;
+    the repeated answer of attempt 0 must not be taken for attempt 1's (it was, and a third
+    run started: TaskResult now names its attempt)."""
+    runs = tmp_path / "runs"
+
+    @zmesh.remote(max_retries=3, retry_exceptions=True)
+    def flaky() -> int:
+        n = len(runs.read_text().split()) if runs.exists() else 0
+        with runs.open("a") as f:
+            f.write("run\n")
+        if n == 0:
+            raise ValueError("the first run fails")
+        return n
+
+    with sim_mesh(nodes=2, seed=1) as mesh:
+        away = NodeAffinitySchedulingStrategy(node_id=mesh.nodes["n1"].node.node_id, soft=False)
+        mesh.link_faults(delay=1.0, delay_range=(4.0, 4.2), kinds=["TaskResult"])
+        assert zmesh.get(flaky.options(scheduling_strategy=away).remote(), timeout=120) == 1
+        mesh.advance(60)  # time for any repeat to land
+        assert runs.read_text().split() == ["run", "run"]

@@ -333,6 +333,8 @@ class TaskResult(Message, tag=51):
     returns: list[Value]
     borrowed: list[bytes] = []
     contained: list[bytes] = []  # the sender's objects inside the returns; the caller borrows
+    attempt: int = 0  # the task's attempt it answers (a late or repeated answer of an
+    # earlier attempt must not count for a later one)
 
 
 class ActorCall(Message, tag=52):

@@ -47,12 +47,16 @@ class CallResends:
 
     def _sweep(self) -> None:
         now = self._loop.clock()
-        for tid, (address, msg, sent_at, wait) in list(self._out.items()):
+        out = self._out
+        for tid, entry in list(out.items()):
+            address, msg, sent_at, wait = entry
             if tid not in self._calls:
-                self._out.pop(tid, None)
+                if out.get(tid) is entry:
+                    out.pop(tid, None)
             elif now - sent_at >= wait:
                 self._loop.send(address, msg)
-                self._out[tid] = (address, msg, now, min(wait * 2, MAX_WAIT_S))
+                if out.get(tid) is entry:  # not sent anew meanwhile (an actor restart)
+                    out[tid] = (address, msg, now, min(wait * 2, MAX_WAIT_S))
         if self._out:
             self._loop.call_later(SWEEP_S, self._sweep)
         else:

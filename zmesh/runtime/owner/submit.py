@@ -299,6 +299,9 @@ task of that function (`_fn_known`).
             return
         with self.lock:
             self._loop_ident = threading.get_ident()
+            placed = self.core.tasks.get(msg.task_id)
+            if placed is not None and placed.attempt != msg.attempt:
+                return  # a late or repeated answer of an earlier attempt: not this one's
             self.resends.answered(msg.task_id)
             if (sender, task.fn_id) not in self._fn_known:
                 if len(self._fn_known) > 65536:  # bounded: forgetting costs a resent blob

@@ -173,7 +173,7 @@ class Executor:
         n = max(msg.num_returns, 1)
         if msg.task_id in self.cancelled:
             self.recent.finished(msg.task_id, msg.attempt, self._reply(
-                msg.owner, msg.task_id, [_cancelled(msg.name)] * n, []))
+                msg.owner, msg.task_id, [_cancelled(msg.name)] * n, [], msg.attempt))
             return
         _switch_env(self._env_saved, msg.env_vars)
         events.recorder.begin(msg.task_id, msg.name, "task")
@@ -210,7 +210,7 @@ class Executor:
             client.current_task_id = b""
             client.current_placement_group, client.inherited_strategy = None, b""
         self.recent.finished(msg.task_id, msg.attempt,
-                             self._reply(msg.owner, msg.task_id, returns, refs))
+                             self._reply(msg.owner, msg.task_id, returns, refs, msg.attempt))
 
     def _resolve_pending(self, msg: m.ExecuteTask) -> m.Args:
         """Fill in arguments the owner sent as pending: from values this worker made itself,
@@ -253,8 +253,8 @@ class Executor:
             out.append(value)
         return out
 
-    def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any]
-               ) -> m.TaskResult:
+    def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any],
+               attempt: int = 0) -> m.TaskResult:
         """Send a task's result to its owner; the message, to send again if asked."""
         ok = True
         produced = self.produced
@@ -272,7 +272,7 @@ class Executor:
             entries = self.client.objects.entries
             borrowed = [oid for oid in ids if oid in entries and entries[oid].local > 0]
         result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed,
-                              contained=self._contained.pop(task_id, []))
+                              contained=self._contained.pop(task_id, []), attempt=attempt)
         if borrowed:  # must reach the owner before our later RemoveBorrowers: same connection
             self.client.loop.send_threadsafe(owner, result)
         else:

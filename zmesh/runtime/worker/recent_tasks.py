@@ -61,11 +61,16 @@ class RecentTasks:
                 self._trim()
 
     def _trim(self) -> None:
+        """Forget the oldest finished tasks past the bounds (a queued or running one is
+        kept: forgetting it would let a repeat run it a second time beside it)."""
         tasks = self._tasks
-        while tasks and (len(tasks) > self._keep or self._bytes > KEEP_BYTES):
-            _, old = tasks.popitem(last=False)
-            if old is not None:
-                self._bytes -= _size(old)
+        while len(tasks) > self._keep or self._bytes > KEEP_BYTES:
+            key = next((k for k, v in tasks.items() if v is not None), None)
+            if key is None:
+                return
+            old = tasks.pop(key)
+            assert old is not None
+            self._bytes -= _size(old)
 
 
 class CallReplies:
