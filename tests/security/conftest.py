@@ -1,13 +1,30 @@
-"""Fixtures for tests/security: one secure mesh of one node per module."""
+"""Fixtures for tests/security: one secure mesh of one node per module, fresh mesh
+credentials, and a ZeroMQ context for hand-made peers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+import zmq
 
 import zmesh
+from zmesh.security.keys import ClusterCredentials
 from zmesh.testing import Cluster
+
+
+@pytest.fixture
+def creds() -> ClusterCredentials:
+    """Credentials of a mesh of their own (a token no running node knows)."""
+    return ClusterCredentials.generate()
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    """A ZeroMQ context for sockets made by hand, destroyed (linger 0) after the test."""
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
 
 
 @pytest.fixture(scope="module")

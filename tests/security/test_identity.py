@@ -13,7 +13,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import zmq
@@ -25,18 +25,6 @@ from zmesh.security.keys import ClusterCredentials
 from zmesh.testing import Cluster
 from zmesh.transports import open_endpoint
 from zmesh.transports.zmq_transport import ZmqEndpoint
-
-
-@pytest.fixture
-def creds() -> ClusterCredentials:
-    return ClusterCredentials.generate()
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
 
 
 def _drain_until(server: ZmqEndpoint, done: Callable[[], bool],

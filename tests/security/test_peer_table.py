@@ -5,8 +5,6 @@ socket, so nothing extra reaches a handler or counts as malformed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import zmq
 from security_fixtures import member_dealer, wait_until
@@ -14,18 +12,6 @@ from security_fixtures import member_dealer, wait_until
 from zmesh.security.keys import ClusterCredentials
 from zmesh.transports import open_endpoint
 from zmesh.transports.zmq_transport import ZmqEndpoint
-
-
-@pytest.fixture
-def creds() -> ClusterCredentials:
-    return ClusterCredentials.generate()
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
 
 
 def _receive(server: ZmqEndpoint, got: list[tuple[str, list[bytes]]],

@@ -105,13 +105,6 @@ def victim(tmp_path: object) -> Iterator[_Victim]:
         v.proc.wait(30)
 
 
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 def test_a_peer_choosing_the_routers_own_routing_ids_cannot_abort_it(
         victim: _Victim, ctx: zmq.Context[zmq.Socket[bytes]], transport: str) -> None:
