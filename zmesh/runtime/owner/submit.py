@@ -14,8 +14,6 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import msgspec
-
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.task_owner import (
     Action,
@@ -429,12 +427,8 @@ task of that function (`_fn_known`).
             return (t.lease, t.attempt) if t is not None else None
 
         for action in self.resends.due(loop.clock(), placed):
-            task = self.tasks.get(action.task_id)
-            if task is not None:
-                msg = self._execute(action, LOOP_CONNECTION)
-                if not msg.fn_blob:  # the message that carried the code may be the lost one
-                    msg = msgspec.structs.replace(msg, fn_blob=task.fn_blob)
-                loop.send(action.worker, msg)
+            if action.task_id in self.tasks:  # (the code goes along until answered once)
+                loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
         if len(self.resends):
             loop.call_later(SWEEP_S, self._sweep)
         else:
