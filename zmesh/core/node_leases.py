@@ -140,6 +140,9 @@ class NodeLeases:
         self.queues = _Queues()
         self.stopping = False
         self.sweeping = False  # a forward sweep is armed
+        self.spare_starting = False
+        """A spare (a worker started to replace one that exited) is starting: start no other
+        until a worker registers, or a burst of 25 exits starts 25 spares."""
         self._log: deque[tuple[Event, list[Action]]] = deque(maxlen=story_len)
 
     # -- queries ---------------------------------------------------------------------------
@@ -176,6 +179,7 @@ class NodeLeases:
             case WorkerStarted():
                 if event.worker in self.workers:
                     return []  # registered twice: it already serves
+                self.spare_starting = False
                 self.workers[event.worker] = _Worker(event.worker)
                 return self._give_idle(event.worker)
             case WorkerExited():
@@ -471,7 +475,8 @@ class NodeLeases:
 
     def _worker_exited(self, worker: bytes, reason: str) -> list[Action]:
         rec = self.workers.pop(worker, None)
-        if rec is None:
+        if rec is None:  # died before it registered (perhaps the spare): another may start
+            self.spare_starting = False
             return []
         prev, rec.role = rec.role, WorkerRole.DEAD
         out: list[Action] = []
@@ -485,7 +490,8 @@ class NodeLeases:
                 out += self._release(lease)
         elif prev is WorkerRole.HANDED:
             out.append(HandedWorkerDied(worker, reason))
-        if not self.stopping and not self.queues.idle:
+        if not self.stopping and not self.queues.idle and not self.spare_starting:
+            self.spare_starting = True
             out.append(SpawnWorker())
         return out
 

@@ -299,3 +299,26 @@ def test_done_and_unknown_of_a_granted_or_finished_forward_change_nothing_more()
     assert h2.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
                                               unknown=True)) == []
     assert h2.core.leases == {}
+
+
+def test_a_burst_of_worker_exits_starts_one_spare_not_one_per_exit():
+    """25 actors killed at once used to start 25 replacement workers (each exit saw no idle
+    worker, the spares still starting): a node churning actors held ~100 processes and ~600
+    fds. One spare starts; once it registers, the next exit may start another."""
+    core = NodeLeases(LocalScheduler("n1", TOTAL))
+
+    def spawns(event: ev.Event) -> int:
+        n = sum(isinstance(a, ev.SpawnWorker) for a in core.handle(event))
+        core.validate()
+        return n
+
+    assert sum(spawns(ev.WorkerWanted(t)) for t in range(25)) == 25  # one per actor waiting
+    for i in range(25):
+        assert spawns(ev.WorkerStarted(b"w%d" % i)) == 0
+    assert sum(spawns(ev.WorkerExited(b"w%d" % i, "killed")) for i in range(25)) == 1
+    assert spawns(ev.WorkerStarted(b"spare")) == 0
+    assert core.idle_count() == 1
+    assert spawns(ev.WorkerWanted(99)) == 0  # the spare serves the next actor
+    assert spawns(ev.WorkerExited(b"spare", "killed")) == 1
+    assert spawns(ev.WorkerExited(b"never-registered", "exited with code 1")) == 0
+    assert spawns(ev.WorkerWanted(100)) == 1
