@@ -61,13 +61,10 @@ from zmesh.protocol.messages.control import (
     Unsubscribe,
     WatchState,
 )
+from zmesh.store.control_client import ControlClientCalls
 from zmesh.store.control_config import (
     WRITER_WINDOW,
     StoreConfig,
-    check_key,
-    check_prefix,
-    check_value,
-    check_version,
     landed_at,
     split_parts,
     view_id,
@@ -96,7 +93,7 @@ class _Incoming:
     received: set[int] = field(default_factory=set)
 
 
-class ControlStore:
+class ControlStore(ControlClientCalls):
     """One member's share of the control store and its client side; events in, messages out.
 
     Drive it with `tick(now)`, `receive(now, sender, message)` and `next_deadline()`; client
@@ -139,14 +136,6 @@ class ControlStore:
 
     # -- state ----------------------------------------------------------------------------
     @property
-    def ring(self) -> HashRing:
-        return self._ring
-
-    @property
-    def view(self) -> int:
-        return self._view
-
-    @property
     def ready(self) -> bool:
         """This member has every handoff of its view and serves its shards."""
         return self._ready
@@ -160,89 +149,6 @@ class ControlStore:
     def local_records(self) -> dict[str, KvRecord]:
         """A copy of the records this member holds, tombstones included (for checks and tools)."""
         return dict(self._data)
-
-    # -- client API -----------------------------------------------------------------------
-    def get(self, now: float, key: str) -> int:
-        """Read `key`; completes OK with value and version, or NOT_FOUND."""
-        check_key(key)
-        rid = self._new_id()
-        self._queue(now, self._requests.start(now, "get", key, KvGet(rid, key), self))
-        return rid
-
-    def put(
-        self,
-        now: float,
-        key: str,
-        value: bytes,
-        *,
-        expected_version: int | None = None,
-        if_absent: bool = False,
-    ) -> int:
-        """Write `key`. With `expected_version` only if the key is at that version (0: never
-        existed), else CAS_FAILED; with `if_absent` only if it has no live value, else EXISTS
-        with the current value (get-if-exists). Completes with the new version."""
-        check_key(key)
-        data = check_value(key, value)
-        check_version(expected_version)
-        if if_absent and expected_version is not None:
-            raise ValueError(f"put({key!r}): give expected_version or if_absent, not both")
-        rid = self._new_id()
-        msg = KvPut(rid, key, data, expected_version, bool(if_absent), self.incarnation)
-        self._queue(now, self._requests.start(now, "put", key, msg, self))
-        return rid
-
-    def delete(self, now: float, key: str, *, expected_version: int | None = None) -> int:
-        """Delete `key` (NOT_FOUND if it has no live value), optionally only at a version."""
-        check_key(key)
-        check_version(expected_version)
-        rid = self._new_id()
-        msg = KvDelete(rid, key, expected_version, self.incarnation)
-        self._queue(now, self._requests.start(now, "delete", key, msg, self))
-        return rid
-
-    def list_prefix(self, now: float, prefix: str) -> int:
-        """List the live records whose keys start with `prefix`, from every shard."""
-        check_prefix("list_prefix", prefix)
-        rid = self._new_id()
-        self._queue(now, self._requests.start(now, "list", prefix, KvList(rid, prefix, 0), self))
-        return rid
-
-    def subscribe(self, now: float, target: str, *, prefix: bool = False) -> int:
-        """Watch one key (or every key starting with `target`); returns the subscription id.
-
-        Notifications start with the current values (`initial=True`), then every change.
-        A completion with op 'subscribe' and rid = the subscription id says when the
-        initial values are all in: changes from then on are never missed."""
-        if prefix:
-            check_prefix("subscribe", target)
-        else:
-            check_key(target)
-        sub_id = self._new_id()
-        self._queue(now, self._watches.add(now, sub_id, target, prefix, self._ring, self._view))
-        return sub_id
-
-    def unsubscribe(self, now: float, sub_id: int) -> None:
-        """Stop a subscription; unknown ids raise KeyError."""
-        if sub_id not in self._watches:
-            raise KeyError(f"unsubscribe: no subscription with id {sub_id}")
-        self._queue(now, self._watches.remove(sub_id, self._ring))
-
-    def drain_completions(self) -> list[Completion]:
-        """Take the requests that finished (and subscriptions that started) since the last call."""
-        started = [
-            Completion(sub_id, "subscribe", target, KvStatus.OK)
-            for sub_id, target in self._watches.drain_established()
-        ]
-        return self._requests.drain() + started
-
-    def drain_notifications(self) -> list[Notification]:
-        """Take the subscription notifications ready since the last call, in order."""
-        return self._watches.drain()
-
-    def _new_id(self) -> int:
-        rid = self._next_id
-        self._next_id += 1
-        return rid
 
     def _queue(self, now: float, out: Outbox) -> None:
         remote = self._deliver(now, out)
