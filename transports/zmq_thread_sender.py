@@ -11,6 +11,7 @@ is no ordering between them and what the endpoint itself sends.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ class ZmqThreadSender:
         self._endpoint = endpoint
         self._peers: dict[str, zmq.Socket[bytes]] = {}
         self._closed = False
+        self._lock = threading.Lock()  # its thread sends, the endpoint's close may close
         self.conn_id = next(_thread_sender_ids)
 
     def __del__(self) -> None:
@@ -57,6 +59,10 @@ class ZmqThreadSender:
 
     def send(self, to: str, frames: Sequence[Buffer]) -> None:
         """Send a message; TransportError if closed or the peer's queue is full."""
+        with self._lock:  # never on a socket that the endpoint's close is closing
+            self._send(to, frames)
+
+    def _send(self, to: str, frames: Sequence[Buffer]) -> None:
         if self._closed:
             raise TransportError(f"thread sender of {self._endpoint.address!r} is closed")
         dealer = self._peers.get(to)
@@ -86,10 +92,12 @@ class ZmqThreadSender:
             raise TransportError(f"cannot send to {to!r}: {exc}") from exc
 
     def close(self) -> None:
-        """Close its sockets (the endpoint's close does this too)."""
-        if self._closed:
-            return
-        self._closed = True
-        for dealer in self._peers.values():
-            dealer.close()
-        self._peers.clear()
+        """Close its sockets (the endpoint's close does this too, from another thread: the
+        lock keeps it from closing a socket mid-send)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for dealer in self._peers.values():
+                dealer.close()
+            self._peers.clear()
