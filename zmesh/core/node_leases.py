@@ -14,13 +14,21 @@ peer deaths and timers, and carries out its actions through narrow ports.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
 
+from zmesh.core.lease_records import (
+    FORWARD_SWEEP_S,
+    STOP_GRACE_S,
+    STORY_LEN,
+    SWEEP_KEY,
+    Lease,
+    Queues,
+    WorkerRecord,
+    WorkerRole,
+    mentions,
+)
 from zmesh.core.node_lease_events import (
     SIGKILL,
     SIGTERM,
@@ -70,64 +78,8 @@ from zmesh.core.scheduling import (
     Forward,
     Infeasible,
     Pending,
-    Request,
 )
 from zmesh.errors import TaskUnschedulableError
-
-STORY_LEN = 2048
-"""Events (with the actions they caused) kept for `story()`."""
-
-STOP_GRACE_S = 2.0
-"""A dead owner's busy worker gets SIGTERM, then SIGKILL after this."""
-
-FORWARD_SWEEP_S = 2.0
-"""How often an origin node looks over the leases it forwarded: one not known granted for a
-whole period is sent again (the ForwardLease or the word of its grant may have been lost)."""
-
-SWEEP_KEY = ("forwarded", b"")
-
-
-class WorkerRole(enum.Enum):
-    IDLE = "idle"
-    LEASED = "leased"
-    HANDED = "handed"  # given to an actor (the actor shell owns it now)
-    STOPPING = "stopping"  # its lease's owner died: SIGTERM sent, SIGKILL follows
-    RETIRED = "retired"  # ran its max_calls, told to exit
-    DEAD = "dead"
-
-
-@dataclass(eq=False)
-class Lease:
-    """One lease on this node: requested, waiting, granted, or forwarded elsewhere."""
-
-    lease_id: bytes
-    owner: str
-    request_id: int
-    name: str
-    request: Request
-    payload: Any = None  # the owner's RequestLease, passed on as it is when forwarding
-    origin: str = ""  # the node that forwarded it here (it keeps a record)
-    remote: str = ""  # the node we forwarded it to (we are its origin)
-    remote_granted: bool = False
-    forwarded: ForwardLease | None = None  # how we forwarded it (sent again if nothing came)
-    quiet: bool = False  # a forward sweep found it not granted yet (the next one resends)
-    worker: bytes | None = None
-    lent: bool = False  # its worker is blocked in get/wait and lent its CPU out
-    evicted: bool = False  # its placement group was removed: the scheduler freed it already
-
-
-@dataclass(eq=False)
-class _Worker:
-    worker: bytes
-    role: WorkerRole = WorkerRole.IDLE
-    lease: bytes | None = None
-
-
-@dataclass
-class _Queues:
-    idle: list[bytes] = field(default_factory=list)  # LIFO: the warmest worker first
-    leases: deque[tuple[bytes, Dispatch]] = field(default_factory=deque)  # granted, no worker
-    wants: deque[int] = field(default_factory=deque)  # actor tokens waiting for a worker
 
 
 class NodeLeases:
@@ -136,8 +88,8 @@ class NodeLeases:
     def __init__(self, scheduler: LocalScheduler, *, story_len: int = STORY_LEN) -> None:
         self.scheduler = scheduler
         self.leases: dict[bytes, Lease] = {}
-        self.workers: dict[bytes, _Worker] = {}
-        self.queues = _Queues()
+        self.workers: dict[bytes, WorkerRecord] = {}
+        self.queues = Queues()
         self.stopping = False
         self.sweeping = False  # a forward sweep is armed
         self.spare_starting = False
@@ -180,7 +132,7 @@ class NodeLeases:
                 if event.worker in self.workers:
                     return []  # registered twice: it already serves
                 self.spare_starting = False
-                self.workers[event.worker] = _Worker(event.worker)
+                self.workers[event.worker] = WorkerRecord(event.worker)
                 return self._give_idle(event.worker)
             case WorkerExited():
                 return self._worker_exited(event.worker, event.reason)
@@ -540,14 +492,4 @@ class NodeLeases:
         """The logged events and actions that mention `key` (a lease id, worker id or owner),
         oldest first: print it when a test fails."""
         return [f"{event!r} -> {actions!r}" for event, actions in self._log
-                if _mentions(event, key) or any(_mentions(a, key) for a in actions)]
-
-
-def _mentions(item: Any, key: bytes | str) -> bool:
-    if not dataclasses.is_dataclass(item):
-        return False
-    for f in dataclasses.fields(item):
-        value = getattr(item, f.name)
-        if value == key or (isinstance(value, tuple) and key in value):
-            return True
-    return False
+                if mentions(event, key) or any(mentions(a, key) for a in actions)]

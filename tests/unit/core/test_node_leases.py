@@ -9,9 +9,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zmesh.core import lease_records
 from zmesh.core import node_lease_events as ev
-from zmesh.core import node_leases
-from zmesh.core.node_leases import NodeLeases, WorkerRole
+from zmesh.core.lease_records import WorkerRole
+from zmesh.core.node_leases import NodeLeases
 from zmesh.core.resources import SCALE
 from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Request
@@ -200,11 +201,11 @@ def test_a_forward_with_no_word_of_a_grant_is_sent_again_each_sweep_until_one_co
     h = Harness()
     forward = _forwarded(h)
     assert h.core.handle(ev.ForwardSent(b"L1", "tcp://n2")) == [
-        ev.SetTimer(node_leases.FORWARD_SWEEP_S, node_leases.SWEEP_KEY)]
-    sweep = ev.Timer(node_leases.SWEEP_KEY)
+        ev.SetTimer(lease_records.FORWARD_SWEEP_S, lease_records.SWEEP_KEY)]
+    sweep = ev.Timer(lease_records.SWEEP_KEY)
     first = h.core.handle(sweep)  # not a whole period old yet: nothing sent
-    assert forward not in first and ev.SetTimer(node_leases.FORWARD_SWEEP_S,
-                                                node_leases.SWEEP_KEY) in first
+    assert forward not in first and ev.SetTimer(lease_records.FORWARD_SWEEP_S,
+                                                lease_records.SWEEP_KEY) in first
     assert forward in h.core.handle(sweep)  # a whole period of silence: sent again
     h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))
     assert h.core.handle(sweep) == []  # granted: the sweep stops
@@ -251,14 +252,14 @@ def test_a_holder_announces_a_forwarded_lease_until_its_origin_no_longer_has_it(
     h.feed(ev.WorkerStarted(b"w1"))
     actions = h.core.handle(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(
         b"L1", "task", {"CPU": 1.0}), origin="tcp://n0"))
-    assert ev.SetTimer(node_leases.FORWARD_SWEEP_S, node_leases.SWEEP_KEY) in actions
-    sweep = h.core.handle(ev.Timer(node_leases.SWEEP_KEY))
+    assert ev.SetTimer(lease_records.FORWARD_SWEEP_S, lease_records.SWEEP_KEY) in actions
+    sweep = h.core.handle(ev.Timer(lease_records.SWEEP_KEY))
     assert ev.TellOrigin(b"L1", "tcp://n0", b"w1") in sweep
     origin = Harness()  # it has no record of L1 (the owner returned it)
     assert origin.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n1", granted=True)) == [
         ev.ReturnToRemote(b"L1", "tcp://n1", False, False)]
     h.feed(ev.LeaseReturned(b"L1"))
-    assert h.core.handle(ev.Timer(node_leases.SWEEP_KEY)) == [] and not h.core.sweeping
+    assert h.core.handle(ev.Timer(lease_records.SWEEP_KEY)) == [] and not h.core.sweeping
     assert h.sched.available() == TOTAL
 
 

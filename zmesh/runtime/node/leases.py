@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zmesh.core import lease_records, node_leases
 from zmesh.core import node_lease_events as nl
-from zmesh.core import node_leases
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Decision, Request
@@ -58,7 +58,7 @@ class LeaseShell:
         loop.on(m.Blocked, self._on_blocked)
 
     @property
-    def leases(self) -> dict[bytes, node_leases.Lease]:
+    def leases(self) -> dict[bytes, lease_records.Lease]:
         return self.core.leases
 
     def idle_count(self) -> int:

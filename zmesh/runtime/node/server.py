@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmesh.core import node_lease_events as nl
-from zmesh.core.node_leases import Lease
+from zmesh.core.lease_records import Lease
 from zmesh.core.resources import NodeResources
 from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Decision, Dispatch, Failed, Forward, Infeasible
