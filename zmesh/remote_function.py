@@ -22,7 +22,7 @@ from zmesh.options import (
 )
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
-from zmesh.runtime.owner.submit import Task
+from zmesh.runtime.owner.task_record import Task
 from zmesh.runtime.strategies import encode_strategy
 
 R = TypeVar("R")

@@ -1,8 +1,8 @@
 """Task submission by the owner: the shell around the task-owner core (`core/task_owner.py`).
 
 The core decides leases, pipelining, retries and cancellation; this shell keeps what it does
-not (each task's code, arguments and results), resolves ref arguments, and turns the core's
-actions into messages and timers.
+not (each task's code, arguments and results, in `task_record.Task`), resolves ref
+arguments, and turns the core's actions into messages and timers.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zmesh.core.exhaustive import assert_never
@@ -27,7 +26,6 @@ from zmesh.core.task_owner import (
     LeaseFailed,
     LeaseGranted,
     LeaseRevoked,
-    Reason,
     Rebuild,
     RequestLease,
     Rerun,
@@ -39,19 +37,22 @@ from zmesh.core.task_owner import (
     TaskOwner,
     WorkerExited,
 )
-from zmesh.errors import TaskCancelledError, WorkerCrashedError
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
-from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner.resend import SWEEP_S, Resends
+from zmesh.runtime.owner.task_record import (
+    PENDING,
+    Task,
+    failure,
+    pinned_to_a_node,
+    retryable,
+)
 
 if TYPE_CHECKING:
-    from zmesh.object_ref import ObjectRef
     from zmesh.runtime.owner.client import CoreClient
 
-PENDING = m.Value()  # an argument the worker resolves itself (it made it, or asks the owner)
 IDLE_LEASE_S = 0.5
 LOOP_CONNECTION = 0  # the loop's own connections (else: a thread sender's conn_id)
 
@@ -69,39 +70,6 @@ def _locked(method: F) -> F:
             self._loop_ident = threading.get_ident()
             return method(self, *args, **kwargs)
     return run  # type: ignore[return-value]
-
-
-@dataclass(eq=False)
-class Task:
-    """One task as its owner tracks it, from submission to its last result."""
-
-    task_id: bytes
-    fn_id: bytes
-    fn_blob: bytes
-    name: str
-    data: bytes
-    top_refs: list[ObjectRef]
-    nested_ids: list[bytes]
-    num_returns: int
-    key: tuple[Any, ...]
-    resources: dict[str, float]
-    strategy: bytes
-    max_retries: int
-    retry_exceptions: Any
-    env_vars: dict[str, str]
-    attempt: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-    ref_values: list[m.Value | None] = field(default_factory=list)
-    unresolved: int = 0
-    done: bool = False
-    force_cancel: bool = False  # how a cancel asks its worker
-    recursive_cancel: bool = True
-    backpressure: int = 0  # streaming generators: items the worker may run ahead
-    max_calls: int = 0  # a worker exits after this many calls (0: no limit)
-    parent: bytes = b""  # the task that submitted it (cancel(recursive=True) follows this)
-
-    def return_ids(self) -> list[bytes]:
-        return [IdGen.object_id(self.task_id, i) for i in range(max(self.num_returns, 1))]
 
 
 class TaskSubmitter:
@@ -325,15 +293,15 @@ task of that function (`_fn_known`).
     def _result(self, task: Task, sender: str, msg: m.TaskResult) -> None:
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
-        retryable = _retryable(task, msg)
-        if not retryable:
+        retry = retryable(task, msg)
+        if not retry:
             sent = self.core.result_fast(msg.task_id)
             if sent is not False:
                 self._complete(task, sender, msg)
                 if sent is not True:
                     self._send(sent)
                 return
-        self._do(self.core.handle(Result(msg.task_id, retryable)), (sender, msg))
+        self._do(self.core.handle(Result(msg.task_id, retry)), (sender, msg))
 
     @_locked
     def _idle(self, lease_id: bytes, stamp: int) -> None:
@@ -365,7 +333,7 @@ task of that function (`_fn_known`).
                     self._complete(self.tasks[tid], *result)
                 case Fail():
                     task = self.tasks[action.task_id]
-                    self._finish(task, [_failure(task, action)], failed=True)
+                    self._finish(task, [failure(task, action)], failed=True)
                 case CancelOnWorker(tid, worker):
                     task = self.tasks[tid]
                     loop.send(worker, m.CancelTask(task_id=tid, force=task.force_cancel,
@@ -465,7 +433,7 @@ task of that function (`_fn_known`).
             value = returns[i] if i < len(returns) else returns[0]
             if value.loc is not None:
                 if rebuildable is None:
-                    rebuildable = (not failed and not _pinned_to_a_node(task.strategy)
+                    rebuildable = (not failed and not pinned_to_a_node(task.strategy)
                                    and all(v is not None and v.loc is None
                                            for v in task.ref_values))
                 if rebuildable:
@@ -532,50 +500,3 @@ task of that function (`_fn_known`).
         if task is None or self.core.running(task_id):
             return ""
         return self.pending_reasons.get(task.name, "")
-
-
-def _retryable(task: Task, msg: m.TaskResult) -> bool:
-    """The result is an exception that the task's `retry_exceptions` covers."""
-    retry = task.retry_exceptions
-    if not retry:
-        return False
-    first = msg.returns[0] if msg.returns else None
-    if first is None or not first.is_error:
-        return False
-    if retry is True:
-        return True
-    try:
-        err = values.decode(first, None)
-    except Exception:
-        return False
-    cause = getattr(err, "cause", err)
-    return isinstance(cause, tuple(retry))
-
-
-def _failure(task: Task, fail: Fail) -> m.Value:
-    """The error value a failed task's returns take."""
-    match fail.reason:
-        case Reason.LEASE_FAILED:
-            return m.Value(data=fail.error, is_error=True)
-        case Reason.CANCELLED:
-            return values.encode_error(TaskCancelledError(f"task {task.name} was cancelled"))
-        case Reason.CANCELLED_BEFORE_RUN:
-            return values.encode_error(TaskCancelledError(
-                f"task {task.name} was cancelled before it ran"))
-        case Reason.WORKER_DIED:
-            return values.encode_error(WorkerCrashedError(
-                f"the worker running task {task.name} died: {fail.detail}"
-                + (f" (after {fail.attempts} retries)" if fail.attempts else "")))
-        case _:
-            assert_never(fail.reason)
-
-
-def _pinned_to_a_node(strategy: bytes) -> bool:
-    """Hard node affinity: such a task cannot be run again elsewhere once its node is gone."""
-    if not strategy:
-        return False
-    from zmesh.core.scheduling import NodeAffinity
-    from zmesh.runtime.strategies import decode_strategy
-
-    decoded = decode_strategy(strategy)
-    return isinstance(decoded, NodeAffinity) and not decoded.soft

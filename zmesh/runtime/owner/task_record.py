@@ -1,0 +1,99 @@
+"""One normal task as its owner keeps it (`Task`: code, arguments, options, progress), and
+what a result or a failure of the core means for it (`retryable`, `failure`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from zmesh.core.exhaustive import assert_never
+from zmesh.core.task_owner_events import Fail, Reason
+from zmesh.errors import TaskCancelledError, WorkerCrashedError
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime import values
+from zmesh.runtime.ids import IdGen
+
+if TYPE_CHECKING:
+    from zmesh.object_ref import ObjectRef
+
+PENDING = m.Value()  # an argument the worker resolves itself (it made it, or asks the owner)
+
+
+@dataclass(eq=False)
+class Task:
+    """One task as its owner tracks it, from submission to its last result."""
+
+    task_id: bytes
+    fn_id: bytes
+    fn_blob: bytes
+    name: str
+    data: bytes
+    top_refs: list[ObjectRef]
+    nested_ids: list[bytes]
+    num_returns: int
+    key: tuple[Any, ...]
+    resources: dict[str, float]
+    strategy: bytes
+    max_retries: int
+    retry_exceptions: Any
+    env_vars: dict[str, str]
+    attempt: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    ref_values: list[m.Value | None] = field(default_factory=list)
+    unresolved: int = 0
+    done: bool = False
+    force_cancel: bool = False  # how a cancel asks its worker
+    recursive_cancel: bool = True
+    backpressure: int = 0  # streaming generators: items the worker may run ahead
+    max_calls: int = 0  # a worker exits after this many calls (0: no limit)
+    parent: bytes = b""  # the task that submitted it (cancel(recursive=True) follows this)
+
+    def return_ids(self) -> list[bytes]:
+        return [IdGen.object_id(self.task_id, i) for i in range(max(self.num_returns, 1))]
+
+
+def retryable(task: Task, msg: m.TaskResult) -> bool:
+    """The result is an exception that the task's `retry_exceptions` covers."""
+    retry = task.retry_exceptions
+    if not retry:
+        return False
+    first = msg.returns[0] if msg.returns else None
+    if first is None or not first.is_error:
+        return False
+    if retry is True:
+        return True
+    try:
+        err = values.decode(first, None)
+    except Exception:
+        return False
+    cause = getattr(err, "cause", err)
+    return isinstance(cause, tuple(retry))
+
+
+def failure(task: Task, fail: Fail) -> m.Value:
+    """The error value a failed task's returns take."""
+    match fail.reason:
+        case Reason.LEASE_FAILED:
+            return m.Value(data=fail.error, is_error=True)
+        case Reason.CANCELLED:
+            return values.encode_error(TaskCancelledError(f"task {task.name} was cancelled"))
+        case Reason.CANCELLED_BEFORE_RUN:
+            return values.encode_error(TaskCancelledError(
+                f"task {task.name} was cancelled before it ran"))
+        case Reason.WORKER_DIED:
+            return values.encode_error(WorkerCrashedError(
+                f"the worker running task {task.name} died: {fail.detail}"
+                + (f" (after {fail.attempts} retries)" if fail.attempts else "")))
+        case _:
+            assert_never(fail.reason)
+
+
+def pinned_to_a_node(strategy: bytes) -> bool:
+    """Hard node affinity: such a task cannot be run again elsewhere once its node is gone."""
+    if not strategy:
+        return False
+    from zmesh.core.scheduling import NodeAffinity
+    from zmesh.runtime.strategies import decode_strategy
+
+    decoded = decode_strategy(strategy)
+    return isinstance(decoded, NodeAffinity) and not decoded.soft
