@@ -10,7 +10,7 @@ import pytest
 import runtime_program
 
 import zmesh
-from zmesh.errors import OwnerDiedError
+from zmesh.errors import ObjectLostError, OwnerDiedError
 from zmesh.testing import FaultPlan, KillWorker, sim_mesh
 from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -192,3 +192,31 @@ def test_a_late_answer_of_an_earlier_attempt_does_not_count_for_a_retry(tmp_path
         assert zmesh.get(flaky.options(scheduling_strategy=away).remote(), timeout=120) == 1
         mesh.advance(60)  # time for any repeat to land
         assert runs.read_text().split() == ["run", "run"]
+
+
+@zmesh.remote
+class Blobs:
+    def blob(self, i: int) -> bytes:
+        return bytes([i % 256])
+
+
+def test_an_actor_answer_lost_and_no_longer_kept_fails_the_call_instead_of_hanging() -> None:
+    # An actor keeps its latest answers (512 / 8 MB) for callers that repeat a call they
+    # did not hear back from. A repeat that came after its answer was forgotten went
+    # unanswered, and the caller waited forever; it now fails with ObjectLostError.
+    with sim_mesh(nodes=2, seed=11) as mesh:  # link faults act between hosts: two nodes
+        here = zmesh.get_runtime_context().get_node_id()
+        node1 = next(n["NodeID"] for n in zmesh.nodes() if n["NodeID"] != here)
+        where = NodeAffinitySchedulingStrategy(node1, soft=False)
+        actor = Blobs.options(scheduling_strategy=where).remote()
+        assert zmesh.get(actor.blob.remote(0), timeout=30) == b"\0"
+        mesh.link_faults(drop=1.0, kinds=["TaskResult"])
+        lost = actor.blob.remote(1)
+        mesh.advance(0.5)  # it runs; its answer is dropped
+        mesh.clear_link_faults()
+        later = [actor.blob.remote(i) for i in range(2, 602)]  # 600 newer answers
+        assert zmesh.get(later, timeout=30) == [bytes([i % 256]) for i in range(2, 602)]
+        start = mesh.now
+        with pytest.raises(ObjectLostError, match="no longer kept"):
+            zmesh.get(lost, timeout=60)
+        assert mesh.now - start < 30.0

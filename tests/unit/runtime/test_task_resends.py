@@ -69,3 +69,18 @@ def test_kept_answers_are_bounded_in_bytes() -> None:
         recent.take(_task(bytes([i])))
         recent.finished(bytes([i]), 0, m.TaskResult(task_id=bytes([i]), returns=[big]))
     assert [i for i in range(10) if recent.take(_task(bytes([i])))[1] is not None] == [7, 8, 9]
+
+
+def test_a_repeat_tells_a_running_call_from_an_answered_and_forgotten_one() -> None:
+    from zmesh.runtime.worker.recent_tasks import CallReplies
+
+    replies = CallReplies(keep=2)
+    replies.expect(b"a")
+    assert replies.repeat(b"a") == (None, False)  # still running: its answer will come
+    answer = m.TaskResult(task_id=b"a", returns=[])
+    replies.put(answer)
+    assert replies.repeat(b"a") == (answer, False)  # answered: send it again
+    for tid in (b"b", b"c"):
+        replies.expect(tid)
+        replies.put(m.TaskResult(task_id=tid, returns=[]))
+    assert replies.repeat(b"a") == (None, True)  # answered and forgotten: it never comes

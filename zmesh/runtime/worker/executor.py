@@ -22,7 +22,7 @@ import cloudpickle
 
 from zmesh import runtime_env
 from zmesh.core.mailbox import Mailbox
-from zmesh.errors import ActorExit, TaskCancelledError, TaskInterrupt
+from zmesh.errors import ActorExit, ObjectLostError, TaskCancelledError, TaskInterrupt
 from zmesh.protocol.messages import runtime as m
 from zmesh.ray_compat import install_if_requested
 from zmesh.runtime import values
@@ -92,11 +92,18 @@ class Executor:
 
     def _on_call(self, sender: str, msg: m.ActorCall, bufs: list[Any]) -> None:
         if self.mailbox.released(msg.caller, msg.seq):  # sent again: it ran or runs
-            answer = self.replies.get(msg.task_id)
+            answer, forgotten = self.replies.repeat(msg.task_id)
             if answer is not None:  # its answer was lost on the way: send it again
                 self.client.loop.send(msg.caller, answer)
+            elif forgotten:  # it ran, its answer was lost, and it is no longer kept
+                self._reject(msg, ObjectLostError(
+                    f"the answer of {self._method_name(msg)} (call {msg.task_id.hex()}) was "
+                    "lost on its way back and is no longer kept by the actor; the call ran "
+                    "and is not run again"))
             return
+        replies = self.replies
         for call in self.mailbox.deliver(msg.caller, msg.seq, msg):
+            replies.expect(call.task_id)
             if self.aio is not None:
                 self.aio.call_soon_threadsafe(self._start_async_call, call)
             elif self.groups is not None:

@@ -23,8 +23,9 @@ KEEP = 512
 
 KEEP_BYTES = 8 << 20
 """Bytes of kept answers (values inline in them) per worker: the oldest answers go first.
-A repeat whose answer was dropped runs again (a task), or goes unanswered (an actor call:
-its caller waits on; it takes over 8 MB of answers within the 3 s before a resend)."""
+A repeat whose answer was dropped runs again (a task), or fails with ObjectLostError (an
+actor call: it ran, and may not run twice; a fast caller makes 512 calls in ~30 ms, well
+inside the 3 s before a resend, so this is not only a corner)."""
 
 
 def _size(result: m.TaskResult) -> int:
@@ -75,16 +76,25 @@ class RecentTasks:
 
 class CallReplies:
     """An actor's latest answers by call id, to send again when a caller repeats a call it
-    did not hear back from (its mailbox drops the repeat: it ran, or runs, already)."""
+    did not hear back from (its mailbox drops the repeat: it ran, or runs, already), and the
+    calls released but not yet answered, so a repeat tells "still running" (its answer will
+    come) from "answered and forgotten" (it never will)."""
 
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
         self._replies: OrderedDict[bytes, m.TaskResult] = OrderedDict()
+        self._pending: set[bytes] = set()
         self._bytes = 0
         self._lock = threading.Lock()  # call threads put, the loop thread gets
 
+    def expect(self, task_id: bytes) -> None:
+        """A call was released to run: its answer comes with `put`."""
+        with self._lock:
+            self._pending.add(task_id)
+
     def put(self, result: m.TaskResult) -> None:
         with self._lock:
+            self._pending.discard(result.task_id)
             replies = self._replies
             old = replies.pop(result.task_id, None)
             if old is not None:
@@ -97,3 +107,9 @@ class CallReplies:
     def get(self, task_id: bytes) -> m.TaskResult | None:
         with self._lock:
             return self._replies.get(task_id)
+
+    def repeat(self, task_id: bytes) -> tuple[m.TaskResult | None, bool]:
+        """For a repeat of a released call: (its kept answer, whether it was forgotten)."""
+        with self._lock:
+            answer = self._replies.get(task_id)
+            return answer, answer is None and task_id not in self._pending
