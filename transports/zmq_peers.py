@@ -8,12 +8,15 @@ every connect and reconnect; see `zmesh.security.identity`):
 
 - the wire protocol version must be ours (else the message is dropped, and a warning names
   both versions);
-- over CURVE, the client key (the ZAP User-Id) must carry the mesh's vouch and be the key
-  the metadata names; over ipc (same user only) the key the metadata names is believed;
+- over CURVE, the client key (the ZAP User-Id) must be the key the metadata names and carry
+  the mesh's vouch for the sender name it claims (`zmesh.security.identity.vouch`): a key
+  vouched for one name is refused under any other (`refused_unvouched`), whether that name's
+  process is connected now, idle, or never connected; over ipc (same user only) the key the
+  metadata names is believed;
 - the sender name is bound to the first key that claimed it: another key claiming a name
-  whose holder is still connected is refused and counted (`refused_spoof`), so one member
-  cannot speak for another. A name whose holder is gone (its last connection closed, e.g. a
-  port reused by a new process) passes to the new key.
+  whose holder is still connected is refused and counted (`refused_spoof`). A name whose
+  holder is gone (its last connection closed: a port reused by a new process, with a vouch
+  of its own for that address) passes to the new key.
 
 Connections without a key (an insecure mesh) are named by their metadata alone; inproc, which
 has no metadata, by its routing id.
@@ -81,7 +84,7 @@ class PeerTable:
         self._live: dict[str, int] = {}  # name -> its connections in `connections`
         self._fds: dict[int, bytes] = {}  # the fd of each tcp/ipc connection -> its routing id
         self._monitor: zmq.Socket[bytes] | None = self._open_monitor(router)
-        self._vouched: OrderedDict[str, bool] = OrderedDict()
+        self._vouched: OrderedDict[tuple[str, str], bool] = OrderedDict()  # (key, name)
         self._warnings = DropWarnings(logger)
         self.dropped_unnamed = 0
         """Messages dropped because their connection names no sender (not a zmesh peer)."""
@@ -116,10 +119,11 @@ class PeerTable:
             key = _prop(frame, KEY_PROPERTY)
             curve = _prop(frame, "User-Id")
             proven = curve is not None and len(curve) == _KEY_CHARS  # tcp: CURVE proved it
-            if proven and (curve != key or not self._is_vouched(creds, key, frame)):
+            if proven and (curve != key or not self._is_vouched(creds, key, sender, frame)):
                 self.refused_unvouched += 1
-                self._warnings.warn("refused %s: its key carries no vouch of this mesh "
-                                    "(a zmesh process with another token?)", sender)
+                self._warnings.warn("refused %s: its key carries no vouch of this mesh for "
+                                    "that name (a zmesh process with another token, or one "
+                                    "claiming another process's name?)", sender)
                 return None
             if key is not None and not self._claim(sender, key, rid):
                 return None
@@ -205,13 +209,14 @@ class PeerTable:
         self.dropped_unnamed += 1
         return None
 
-    def _is_vouched(self, creds: ClusterCredentials, key: str, frame: zmq.Frame) -> bool:
-        if self._vouched.get(key):
+    def _is_vouched(self, creds: ClusterCredentials, key: str, sender: str,
+                    frame: zmq.Frame) -> bool:
+        if self._vouched.get((key, sender)):
             return True
         presented = _prop(frame, VOUCH_PROPERTY)
-        if presented is None or not check_vouch(creds, key, presented):
+        if presented is None or not check_vouch(creds, key, sender, presented):
             return False
-        self._vouched[key] = True
+        self._vouched[(key, sender)] = True
         if len(self._vouched) > self._max_names:
             self._vouched.popitem(last=False)
         return True
@@ -278,4 +283,4 @@ class PeerTable:
         if gone:  # its last connection closed: the name is free
             held = self._claims.pop(sender, None)
             if held is not None:
-                self._vouched.pop(held[0], None)
+                self._vouched.pop((held[0], sender), None)

@@ -184,13 +184,15 @@ def replay(host: str, port: int, data: bytes, timeout: float = 30.0) -> bool:
 def member_dealer(ctx: zmq.Context[zmq.Socket[bytes]], creds: ClusterCredentials,
                   target: str, sender: str, *, vouched: bool = True,
                   proto: str | None = None, routing_id: bytes | None = None,
-                  keypair: tuple[bytes, bytes] | None = None) -> zmq.Socket[bytes]:
+                  keypair: tuple[bytes, bytes] | None = None,
+                  vouched_for: str | None = None) -> zmq.Socket[bytes]:
     """A DEALER connected to `target` as another process of the mesh would be: a CURVE key
     pair of its own (not this process's), vouched for by `creds` unless `vouched=False`,
     naming itself `sender` in its metadata. `proto` overrides the protocol version sent;
     `routing_id`, if given, is the ZMQ_ROUTING_ID it brings (zmesh's own choose none);
     `keypair` (public, secret), if given, is used instead of a new one (a second connection
-    of the same process)."""
+    of the same process); `vouched_for`, if given, is the name its vouch was made for
+    instead of `sender` (a key of one process claiming another's name)."""
     import zmq
 
     from zmesh.protocol.handshake import PROTOCOL_VERSION
@@ -203,7 +205,7 @@ def member_dealer(ctx: zmq.Context[zmq.Socket[bytes]], creds: ClusterCredentials
         dealer.setsockopt(zmq.ROUTING_ID, routing_id)
     dealer.curve_publickey, dealer.curve_secretkey = public, secret
     dealer.curve_serverkey = creds.curve_public
-    mac = identity.vouch(creds, public) if vouched else "0" * 128
+    mac = identity.vouch(creds, public, vouched_for or sender) if vouched else "0" * 128
     for prop in (f"X-Zmesh-Proto:{proto or PROTOCOL_VERSION}", f"X-Zmesh-Sender:{sender}",
                  f"X-Zmesh-Key:{public.decode()}", f"X-Zmesh-Vouch:{mac}"):
         dealer.setsockopt(zmq.METADATA, prop.encode())
