@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -145,6 +147,17 @@ class PlainZmeshClient(ZmeshClient):
     insecure = True
 
 
+def _cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user + system, all threads) used so far by this process or `pid`."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
 def bulk(client: RawClient | ZmeshClient, total_bytes: int) -> float:
     """Bytes per second moving `total_bytes` in BULK_FRAME frames, BULK_WINDOW in flight."""
     send, recv = client.send, client.recv
@@ -231,6 +244,7 @@ def measure_route_bulk(
     impls = [impl for impl in IMPLS if route == "tcp" or impl != "zmesh-plain"]
     best = {impl: (0.0, 0.0, 0.0) for impl in impls}
     rounds: dict[str, list[tuple[float, float, float]]] = {impl: [] for impl in impls}
+    cpu: dict[str, list[tuple[float, float]]] = {impl: [] for impl in impls}
     try:
         for number, impl in enumerate(impls):
             if route == "ipc":
@@ -248,7 +262,14 @@ def measure_route_bulk(
             for impl, client in clients.items():
                 rt = round_trips(client, seconds)
                 msgs = pipelined(client, total, streamed)
-                moved = bulk(client, bulk_bytes) if bulk_bytes else 0.0
+                moved = 0.0
+                if bulk_bytes:
+                    pid = servers[impl].pid
+                    sender_cpu, receiver_cpu = _cpu_seconds(), _cpu_seconds(pid)
+                    moved = bulk(client, bulk_bytes)
+                    gb = max(1, bulk_bytes // BULK_FRAME) * BULK_FRAME / 1e9
+                    cpu[impl].append(((_cpu_seconds() - sender_cpu) / gb,
+                                      (_cpu_seconds(pid) - receiver_cpu) / gb))
                 best[impl] = (max(best[impl][0], rt), max(best[impl][1], msgs),
                               max(best[impl][2], moved))
                 rounds[impl].append((rt, msgs, moved))
@@ -264,13 +285,18 @@ def measure_route_bulk(
                 child.wait()
             if child.stdout is not None:
                 child.stdout.close()
+    ROUTE_CPU.clear()
+    ROUTE_CPU.update(cpu)
     return best, rounds
+
+
+ROUTE_CPU: dict[str, list[tuple[float, float]]] = {}
+"""Per implementation, (sender, receiver) CPU seconds per GB of each bulk round of the
+latest `measure_route_bulk`."""
 
 
 def _spread(ratios: list[float]) -> str:
     """Median [min-max] of per-round ratios."""
-    import statistics
-
     return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
@@ -308,6 +334,15 @@ def report(
           f"{_spread([a[1] / b[1] for a, b in pairs])}, bulk "
           f"{_spread([a[2] / b[2] for a, b in pairs])}; load average now "
           f"{os.getloadavg()[0]:.1f}")
+    # CPU seconds per GB does not depend on how busy the machine is (much): from it, the
+    # rate each end could reach with a core of its own (the slower end sets the pace).
+    for impl in ("zmesh", "zmesh-plain"):
+        sends = [c[0] for c in ROUTE_CPU.get(impl, [])]
+        recvs = [c[1] for c in ROUTE_CPU.get(impl, [])]
+        if sends:
+            print(f"  bulk CPU {impl:<12} sender {_spread(sends)} core-s/GB, receiver "
+                  f"{_spread(recvs)} core-s/GB: one core per end would allow "
+                  f"{1 / max(statistics.median(sends), statistics.median(recvs)):.2f} GB/s")
 
 
 IMPLS: dict[str, type[RawClient] | type[ZmeshClient]] = {
