@@ -159,7 +159,7 @@ class EventLoop:
                     _, _, fn = heapq.heappop(timers)
                     self._guard(fn, ())
                 if timers:
-                    timeout = max(0.0, timers[0][0] - time.monotonic())
+                    timeout = _coarse(timers[0][0] - time.monotonic())
             if calls or self._stopping:
                 continue
             self._sleeping = True
@@ -211,3 +211,13 @@ class EventLoop:
             fn(*args)
         except Exception:
             logger.exception("%s: callback %r failed", self.name, fn)
+
+
+def _coarse(seconds: float) -> float:
+    """A wait until the next timer, rounded down to a power of two milliseconds: the loop
+    may wake early (it looks at its timers again), and the receive timeout, a socket option
+    set whenever it changes, changes a few times per timer instead of at every wait."""
+    ms = int(seconds * 1000)
+    if ms < 2:
+        return max(0.0, seconds)
+    return (1 << (ms.bit_length() - 1)) / 1000

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from zmesh.core.task_owner import Send
 
@@ -30,25 +29,19 @@ MAX_WAIT_S = 10 * RESEND_AFTER_S
 SWEEP_S = RESEND_AFTER_S / 2
 
 
-@dataclass
-class _Out:
-    action: Send
-    sent_at: float
-    wait: float
-
-
 class Resends:
     """The tasks out at workers (loop thread, or a user thread holding the submitter's lock)."""
 
     def __init__(self) -> None:
-        self._out: dict[bytes, _Out] = {}
+        # task id -> (its send, when sent, how long to wait): a tuple, as every task makes one
+        self._out: dict[bytes, tuple[Send, float, float]] = {}
 
     def __len__(self) -> int:
         return len(self._out)
 
     def sent(self, action: Send, now: float) -> None:
         """`action`'s task went to its worker at `now`."""
-        self._out[action.task_id] = _Out(action, now, RESEND_AFTER_S)
+        self._out[action.task_id] = (action, now, RESEND_AFTER_S)
 
     def answered(self, task_id: bytes) -> None:
         """Its result came (or it ended otherwise): stop watching it."""
@@ -60,10 +53,11 @@ class Resends:
         has the task out on, if any; a watched task no longer there (ended, moved to another
         lease, retried) is forgotten."""
         again: list[Send] = []
-        for tid, out in list(self._out.items()):
-            if placed(tid) != (out.action.lease_id, out.action.attempt):
-                del self._out[tid]
-            elif now - out.sent_at >= out.wait:
-                again.append(out.action)
-                out.sent_at, out.wait = now, min(out.wait * 2, MAX_WAIT_S)
+        out = self._out
+        for tid, (action, sent_at, wait) in list(out.items()):
+            if placed(tid) != (action.lease_id, action.attempt):
+                del out[tid]
+            elif now - sent_at >= wait:
+                again.append(action)
+                out[tid] = (action, now, min(wait * 2, MAX_WAIT_S))
         return again

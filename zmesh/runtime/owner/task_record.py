@@ -16,6 +16,7 @@ from zmesh.runtime.ids import IdGen
 if TYPE_CHECKING:
     from zmesh.object_ref import ObjectRef
 
+_FIRST_RETURN = IdGen.object_id(b"", 0)  # the suffix of a task's first return's id
 PENDING = m.Value()  # an argument the worker resolves itself (it made it, or asks the owner)
 
 
@@ -49,7 +50,9 @@ class Task:
     parent: bytes = b""  # the task that submitted it (cancel(recursive=True) follows this)
 
     def return_ids(self) -> list[bytes]:
-        return [IdGen.object_id(self.task_id, i) for i in range(max(self.num_returns, 1))]
+        if self.num_returns <= 1:  # the common case (every task's result passes here)
+            return [self.task_id + _FIRST_RETURN]
+        return [IdGen.object_id(self.task_id, i) for i in range(self.num_returns)]
 
 
 def retryable(task: Task, msg: m.TaskResult) -> bool:

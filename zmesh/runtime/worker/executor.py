@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -187,7 +188,9 @@ class Executor:
         logs.set_prefix(f"({msg.name} pid={self.pid})")
         client.current_task_id = msg.task_id
         client.assigned_resources = msg.resources
-        client.current_placement_group, client.inherited_strategy = placement_of(msg.strategy)
+        if msg.strategy:  # (most tasks have none: no call)
+            client.current_placement_group, client.inherited_strategy = \
+                placement_of(msg.strategy)
         client.namespace = msg.namespace or "default"
         self.running = msg.task_id
         refs: list[Any] = []
@@ -199,7 +202,7 @@ class Executor:
             packed = self._resolve_pending(msg) if msg.ref_ids else msg.args
             args, kwargs, refs = unpack_args(packed, client.read)
             result = fn(*args, **kwargs)
-            if inspect.iscoroutine(result):  # an `async def` task runs to completion here
+            if isinstance(result, CoroutineType):  # an `async def` task runs to the end here
                 result = asyncio.run(result)
             del args, kwargs
             if msg.num_returns < 0:  # a streaming generator: cancel may interrupt it
@@ -213,7 +216,8 @@ class Executor:
             self.running = b""
             returns = [_error(msg.name, exc, self.pid)] * n
         finally:
-            runtime_env.leave(code_env)
+            if code_env is not None:
+                runtime_env.leave(code_env)
             client.current_task_id = b""
             client.current_placement_group, client.inherited_strategy = None, b""
         self.recent.finished(msg.task_id, msg.attempt,

@@ -29,13 +29,22 @@ inside the 3 s before a resend, so this is not only a corner)."""
 
 
 def _size(result: m.TaskResult) -> int:
-    return 64 + sum(len(v.data) for v in result.returns)
+    returns = result.returns
+    if len(returns) == 1:  # the common case, without a generator
+        return 64 + len(returns[0].data)
+    return 64 + sum(len(v.data) for v in returns)
+
 
 _RUNNING = None
 
 
 class RecentTasks:
-    """(task id, attempt) -> None while queued or running, its TaskResult once finished."""
+    """(task id, attempt) -> None while queued or running, its TaskResult once finished.
+
+    Every task passes here twice (`take`, `finished`), so both are a lock, a dict operation
+    or two and a size; the bounds are checked only when one is passed. A plain dict keeps
+    insertion order: its oldest entry is the first (usually finished: tasks end in about
+    the order they came)."""
 
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
@@ -46,30 +55,40 @@ class RecentTasks:
     def take(self, msg: m.ExecuteTask) -> tuple[bool, m.TaskResult | None]:
         """(run it?, the result to send again). A new task is recorded as running."""
         key = (msg.task_id, msg.attempt)
+        tasks = self._tasks
         with self._lock:
-            if key not in self._tasks:
-                self._tasks[key] = _RUNNING
+            if key in tasks:
+                return False, tasks[key]
+            tasks[key] = _RUNNING
+            if len(tasks) > self._keep:
                 self._trim()
-                return True, None
-            return False, self._tasks[key]
+            return True, None
 
     def finished(self, task_id: bytes, attempt: int, result: m.TaskResult) -> None:
         """The task's result went out: keep it for a resend."""
+        key = (task_id, attempt)
+        size = _size(result)
+        tasks = self._tasks
         with self._lock:
-            if (task_id, attempt) in self._tasks:
-                self._tasks[(task_id, attempt)] = result
-                self._bytes += _size(result)
-                self._trim()
+            if key in tasks:
+                tasks[key] = result
+                self._bytes += size
+                if self._bytes > KEEP_BYTES:
+                    self._trim()
 
     def _trim(self) -> None:
         """Forget the oldest finished tasks past the bounds (a queued or running one is
         kept: forgetting it would let a repeat run it a second time beside it)."""
         tasks = self._tasks
         while len(tasks) > self._keep or self._bytes > KEEP_BYTES:
-            key = next((k for k, v in tasks.items() if v is not None), None)
-            if key is None:
-                return
-            old = tasks.pop(key)
+            key = next(iter(tasks))
+            old = tasks[key]
+            if old is None:  # the oldest still runs: the oldest finished one goes
+                found = next((k for k, v in tasks.items() if v is not None), None)
+                if found is None:
+                    return
+                key, old = found, tasks[found]
+            del tasks[key]
             assert old is not None
             self._bytes -= _size(old)
 
