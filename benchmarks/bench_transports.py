@@ -295,6 +295,32 @@ ROUTE_CPU: dict[str, list[tuple[float, float]]] = {}
 latest `measure_route_bulk`."""
 
 
+def crypto_floor(size: int = BULK_FRAME, total: int = 256 << 20) -> float | None:
+    """CPU seconds per GB of libsodium's ``crypto_box_afternm`` (XSalsa20-Poly1305, what
+    CURVE encrypts each message with) on `size`-byte messages in this process: the least any
+    CURVE end can spend per GB. None where pyzmq's bundled libsodium is not found."""
+    import ctypes
+    import glob
+
+    found = glob.glob(os.path.join(os.path.dirname(zmq.__file__), os.pardir, "pyzmq.libs",
+                                   "libsodium*"))
+    if not found:
+        return None
+    sodium = ctypes.CDLL(found[0])
+    if sodium.sodium_init() < 0:
+        return None
+    key, nonce = ctypes.create_string_buffer(32), ctypes.create_string_buffer(24)
+    plain, boxed = ctypes.create_string_buffer(size + 32), ctypes.create_string_buffer(size + 32)
+    length = ctypes.c_ulonglong(size + 32)
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        for _ in range(max(1, total // size)):
+            sodium.crypto_box_afternm(boxed, plain, length, nonce, key)
+        best = min(best, (time.process_time() - started) / (max(1, total // size) * size / 1e9))
+    return best
+
+
 def _spread(ratios: list[float]) -> str:
     """Median [min-max] of per-round ratios."""
     return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
@@ -336,6 +362,10 @@ def report(
           f"{os.getloadavg()[0]:.1f}")
     # CPU seconds per GB does not depend on how busy the machine is (much): from it, the
     # rate each end could reach with a core of its own (the slower end sets the pace).
+    floor = crypto_floor()
+    if floor is not None:
+        print(f"  libsodium crypto_box_afternm alone: {floor:.2f} core-s/GB "
+              f"({1 / floor:.2f} GB/s per core), the least a CURVE end can spend")
     for impl in ("zmesh", "zmesh-plain"):
         sends = [c[0] for c in ROUTE_CPU.get(impl, [])]
         recvs = [c[1] for c in ROUTE_CPU.get(impl, [])]
