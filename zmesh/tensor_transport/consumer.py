@@ -73,8 +73,12 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             sent = [pair.pg.send([request], 0, p.TAG_REQUEST)]
             if more is not None:
                 sent.append(pair.pg.send([more], 0, p.TAG_SIZES))
+            # the producer sends the status, then the tensors in order, over one connection:
+            # waiting for the last receive first wakes this thread once, when all is in
+            for work in reversed(works):
+                work.wait()
             done.wait()
-            for work in works + sent:
+            for work in sent:
                 work.wait()
             if pair.fresh:
                 pair.fresh = False

@@ -114,12 +114,12 @@ class KeptTensors:
                 if tensors is None:
                     # zeros fill the consumer's posted receives: the pair stays in step
                     tensors = [torch.zeros(n, dtype=torch.uint8, device=ctl) for n in sizes]
-                # post every send at once (the consumer posted its receives before asking),
-                # the status first (the consumer wakes on it while the data streams in, in
-                # place); one wait here
+                # post every send at once (the consumer posted its receives before asking):
+                # the status, then the tensors, in the order the consumer waits for them;
+                # one wake-up here, when the last is out
                 works = [pg.send([status], 1, TAG_STATUS)]
                 works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
-                for work in works:
+                for work in reversed(works):
                     work.wait()
                 if ok:
                     self.sent_bytes += sum(sizes)

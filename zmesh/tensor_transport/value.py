@@ -5,8 +5,10 @@ each tensor replaced by a placeholder, the tensors' shapes and dtypes, the produ
 and an anchor ref the producer owns. Pickled, it is a few hundred bytes in the object store;
 unpickled anywhere (an actor that takes the ref as an argument, the driver's `get`), it
 fetches the tensors from the producer over torch.distributed and rebuilds the result. The
-anchor travels inside every copy, so zmesh's reference counting tells the producer when the
-last ref is gone: then it drops the tensors.
+anchor travels inside every stored copy, so zmesh's reference counting tells the producer
+when the last ref is gone: then it drops the tensors. Unpickled, the anchor is only its id:
+the outer ref being read keeps the tensors alive while they are fetched, and a live ref per
+read would cost an incref, a decref and a message to the producer on every transfer.
 """
 
 from __future__ import annotations
@@ -53,6 +55,24 @@ def _join(skeleton: Any, tensors: list[Any]) -> Any:
     return skeleton
 
 
+class _Anchor:
+    """The producer's anchor ref inside a descriptor: pickled as the ref (so the value that
+    holds it is counted as holding the ref), unpickled as a bare (id, owner) pair."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def __reduce__(self) -> Any:
+        _restore, args = self.ref.__reduce__()  # notes the ref as held by the value
+        return (_anchor_id, args)
+
+
+def _anchor_id(object_id: bytes, owner: str) -> tuple[bytes, str]:
+    return (object_id, owner)
+
+
 class Transported:
     """The value a tensor-transport method returns, as its ref carries it."""
 
@@ -78,7 +98,7 @@ def keep(result: Any, backend: str, producer_name: str) -> Transported:
     client.free_hooks[anchor.id] = lambda: producer.KEPT.drop(key)
     return Transported({
         "address": producer.KEPT.listen(), "token": producer.PROCESS_TOKEN,
-        "backend": backend, "key": key, "anchor": anchor, "skeleton": skeleton,
+        "backend": backend, "key": key, "anchor": _Anchor(anchor), "skeleton": skeleton,
         "metas": [(list(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors],
         "devices": [t.device.type for t in tensors], "producer": producer_name})
 
