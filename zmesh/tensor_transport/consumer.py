@@ -36,7 +36,15 @@ class _Pair:
             raise TensorTransportError(reply.error)
         self.pg = p.pair_group(self.pair_id, 1, backend)
         self.fresh = True  # the rendezvous keys are deleted after the first exchange
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one transfer at a time: it guards the buffers below
+        import torch
+
+        # the request is written in place in host memory (and copied to the GPU for nccl)
+        self.request = torch.zeros(p.REQUEST_BYTES, dtype=torch.uint8)
+        self.request_host = self.request.numpy()
+        self.ctl = p.control_device(backend)  # nccl: control tensors on the GPU too
+        self.request_sent = self.request.to(self.ctl)
+        self.status = torch.empty(1, dtype=torch.int64, device=self.ctl)
 
 
 _pairs: dict[tuple[str, str], _Pair] = {}
@@ -61,13 +69,15 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             if pair is None:
                 pair = _pairs[(address, backend)] = _Pair(address, backend)
         out = [_empty(shape, getattr(torch, dtype), device) for shape, dtype in metas]
-        sizes = [t.numel() * t.element_size() for t in out]
-        ctl = "cpu" if backend == "gloo" else device  # nccl: control tensors on the GPU too
-        request, more = p.encode_request(key, sizes).to(ctl), p.extra_sizes(sizes)
+        sizes = [t.nbytes for t in out]
+        more = p.extra_sizes(sizes)
         if more is not None:
-            more = more.to(ctl)
-        status = torch.empty(1, dtype=torch.int64, device=ctl)
+            more = more.to(pair.ctl)
         with pair.lock:
+            p.encode_request(pair.request_host, key, sizes)
+            request, status = pair.request_sent, pair.status
+            if request is not pair.request:
+                request.copy_(pair.request)
             done = pair.pg.recv([status], 0, p.TAG_STATUS)
             works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
             sent = [pair.pg.send([request], 0, p.TAG_REQUEST)]
@@ -85,7 +95,7 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
                 _forget(pair.pair_id)
             if int(status.item()) != p.STATUS_OK:
                 # the producer filled our receives with zeros, so the pair stays in step (a
-                # path that should never run: our ref keeps the tensors alive)
+                # path that should never run: the ref being read keeps the tensors alive)
                 raise TensorTransportError(f"tensors of {producer} cannot be fetched: gone: "
                                            f"the tensors were freed (no ref was left)")
         return out

@@ -51,7 +51,7 @@ class RecvPool:
         numel = 1
         for d in shape:
             numel *= d
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        nbytes = numel * dtype.itemsize
         if nbytes < POOL_MIN_BYTES or self.cap_bytes <= 0:
             return torch.empty(shape, dtype=dtype)
         size = -(-nbytes // PAGE) * PAGE

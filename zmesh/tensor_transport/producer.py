@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import struct
 import threading
 from typing import Any
 
@@ -37,15 +38,21 @@ class KeptTensors:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[str, list[Any]] = {}
+        self._kept: dict[str, tuple[list[Any], list[int]]] = {}  # key -> tensors, sizes
         self.address = ""
         self.sent_bytes = 0
 
     def keep(self, key: str, tensors: list[Any]) -> None:
+        sizes = [t.nbytes for t in tensors]
         with self._lock:
-            self._kept[key] = tensors
+            self._kept[key] = (tensors, sizes)
 
     def get(self, key: str) -> list[Any] | None:
+        lent = self.lend(key)
+        return None if lent is None else lent[0]
+
+    def lend(self, key: str) -> tuple[list[Any], list[int]] | None:
+        """The tensors kept under `key` and their sizes in bytes, or None."""
         with self._lock:
             return self._kept.get(key)
 
@@ -94,30 +101,30 @@ class KeptTensors:
             return
         ctl = control_device(backend)  # nccl moves CUDA tensors only, control ones too
         request = torch.empty(REQUEST_BYTES, dtype=torch.uint8, device=ctl)
-        status = torch.empty(1, dtype=torch.int64, device=ctl)
+        host = request.numpy() if ctl == "cpu" else None  # read in place, no copy (gloo)
+        answers = {ok: torch.full((1,), ok, dtype=torch.int64, device=ctl)
+                   for ok in (STATUS_OK, STATUS_GONE)}
         while True:
             try:
                 pg.recv([request], 1, TAG_REQUEST).wait()
-                key, count, sizes = decode_request(request)
+                raw = host.tobytes() if host is not None else bytes(request.cpu().numpy())
+                key, count, sizes = decode_request(raw)
                 if not 0 <= count <= MAX_TENSORS:
                     return  # not a consumer of ours: drop the pair
                 if count > INLINE_SIZES:  # sent right behind the request
                     asked = torch.empty(count, dtype=torch.int64, device=ctl)
                     pg.recv([asked], 1, TAG_SIZES).wait()
                     sizes = asked.tolist()
-                tensors = self.get(key)
-                if tensors is not None and \
-                        [t.numel() * t.element_size() for t in tensors] != sizes:
-                    tensors = None  # not what the consumer expects: refuse, as a freed key
-                status.fill_(STATUS_GONE if tensors is None else STATUS_OK)
-                ok = tensors is not None
+                lent = self.lend(key)
+                tensors = lent[0] if lent is not None and lent[1] == sizes else None
+                ok = tensors is not None  # else gone, or not what the consumer expects
                 if tensors is None:
                     # zeros fill the consumer's posted receives: the pair stays in step
                     tensors = [torch.zeros(n, dtype=torch.uint8, device=ctl) for n in sizes]
                 # post every send at once (the consumer posted its receives before asking):
                 # the status, then the tensors, in the order the consumer waits for them;
                 # one wake-up here, when the last is out
-                works = [pg.send([status], 1, TAG_STATUS)]
+                works = [pg.send([answers[STATUS_OK if ok else STATUS_GONE]], 1, TAG_STATUS)]
                 works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
                 for work in reversed(works):
                     work.wait()
@@ -137,16 +144,13 @@ def control_device(backend: str) -> str:
     return f"cuda:{torch.cuda.current_device()}"
 
 
-def encode_request(key: str, sizes: list[int]) -> Any:
-    """The request a consumer sends: the key, how many tensors it posted receives for and
-    their sizes in bytes (when more than INLINE_SIZES, the sizes follow in a second
-    message, see `extra_sizes`)."""
-    import torch
-
+def encode_request(into: Any, key: str, sizes: list[int]) -> None:
+    """Write the request a consumer sends into `into` (a uint8 array of REQUEST_BYTES): the
+    key, how many tensors it posted receives for and their sizes in bytes (when more than
+    INLINE_SIZES, the sizes follow in a second message, see `extra_sizes`)."""
     inline = sizes if len(sizes) <= INLINE_SIZES else []
-    raw = key.encode().ljust(KEY_BYTES)[:KEY_BYTES] + len(sizes).to_bytes(8, "little") + \
-        b"".join(n.to_bytes(8, "little") for n in inline)
-    return torch.frombuffer(bytearray(raw.ljust(REQUEST_BYTES, b"\0")), dtype=torch.uint8)
+    into[:KEY_BYTES] = memoryview(key.encode().ljust(KEY_BYTES)[:KEY_BYTES])
+    struct.pack_into(f"<q{len(inline)}q", into, KEY_BYTES, len(sizes), *inline)
 
 
 def extra_sizes(sizes: list[int]) -> Any:
@@ -156,12 +160,11 @@ def extra_sizes(sizes: list[int]) -> Any:
     return torch.tensor(sizes, dtype=torch.int64) if len(sizes) > INLINE_SIZES else None
 
 
-def decode_request(request: Any) -> tuple[str, int, list[int]]:
-    raw = bytes(request.cpu().numpy())
-    count = int.from_bytes(raw[KEY_BYTES:KEY_BYTES + 8], "little")
+def decode_request(raw: bytes) -> tuple[str, int, list[int]]:
+    """(key, count, the sizes carried inline) of a request's REQUEST_BYTES bytes."""
+    (count,) = struct.unpack_from("<q", raw, KEY_BYTES)
     inline = min(max(count, 0), INLINE_SIZES)
-    base = KEY_BYTES + 8
-    sizes = [int.from_bytes(raw[base + 8 * i:base + 8 * i + 8], "little") for i in range(inline)]
+    sizes = list(struct.unpack_from(f"<{inline}q", raw, KEY_BYTES + 8))
     return raw[:KEY_BYTES].decode(errors="replace"), count, sizes
 
 
