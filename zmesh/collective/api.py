@@ -141,12 +141,25 @@ def get_collective_group_size(group_name: str = "default") -> int:
 # -- collectives -------------------------------------------------------------------------------
 def allreduce(tensor: Any, group_name: str = "default", op: ReduceOp = ReduceOp.SUM) -> None:
     """Combine `tensor` across the group, in place on every member."""
-    import torch.distributed as dist
-
     g = _group(group_name)
-    opts = dist.AllreduceOptions()
-    opts.reduceOp = op.to_torch()
+    opts = _allreduce_options(op)
     g.run("allreduce", lambda: g.pg.allreduce([tensor], opts))
+
+
+_ALLREDUCE_OPTIONS: dict[ReduceOp, Any] = {}
+
+
+def _allreduce_options(op: ReduceOp) -> Any:
+    """torch's options for `op`, made once (torch only reads them): the hot call of a
+    training loop does no more Python than it must."""
+    opts = _ALLREDUCE_OPTIONS.get(op)
+    if opts is None:
+        import torch.distributed as dist
+
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = op.to_torch()
+        _ALLREDUCE_OPTIONS[op] = opts
+    return opts
 
 
 def reduce(tensor: Any, dst_rank: int = 0, group_name: str = "default",

@@ -19,6 +19,7 @@ from zmesh.collective.types import CollectiveError
 
 HEARTBEAT_S = 0.5
 WAIT_SLICE_S = 0.25  # how soon a caller blocked in a gloo collective sees its group break
+_SLICE = datetime.timedelta(seconds=WAIT_SLICE_S)
 
 
 class CollectiveGroup:
@@ -69,10 +70,9 @@ class CollectiveGroup:
         """Wait in torch itself (one wake-up when the collective ends, as a plain
         `work.wait()`), in slices of WAIT_SLICE_S so that a broken group still wakes us: a
         gloo work whose wait timed out is still pending and can be waited on again."""
-        slice_ = datetime.timedelta(seconds=WAIT_SLICE_S)
         while True:
             try:
-                work.wait(slice_)
+                work.wait(_SLICE)
                 return
             except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError for both
                 if not work.is_completed() and "timed out" in str(exc).lower():
