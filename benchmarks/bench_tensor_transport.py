@@ -10,9 +10,19 @@ req/reply" is the floor of any pull, in plain processes: a small request, then a
 the tensor back (the transport's hops without zmesh). Allreduce is timed inside the members.
 Both raw receivers reuse one warm buffer; the transport receives into pooled warm blocks.
 
+Like with like: every column moves the same tensor the same number of times (one warm-up,
+then --reps, median), timed in the receiver, with no rendezvous and no actor call inside
+the timed span (the transport's includes reading the descriptor from the store: that is
+part of its cost). Raw p2p is a push between two processes that a barrier has just woken:
+the sender has posted its send when the receiver starts its clock, so it is the floor of
+a one-way move, not of a pull; the transport is a pull (the producer does not know who will
+read the ref, so the consumer asks, and the producer's thread must wake to answer), whose
+floor is raw req/reply. Both are printed. CPU per operation (both processes together,
+process_time) is printed too: on a loaded machine it moves far less than wall time.
+
     python benchmarks/bench_tensor_transport.py            # 4 KB ... 64 MB
     python benchmarks/bench_tensor_transport.py --big      # ... and 256 MB, 1 GB (slow)
-    python benchmarks/bench_tensor_transport.py --quick    # 4 KB ... 16 MB, fewer reps
+    python benchmarks/bench_tensor_transport.py --quick    # 4 KB ... 16 MB, 5 reps (else 11)
     python benchmarks/bench_tensor_transport.py --rounds 3 # whole table 3 times: medians
                                                            # and min-max spread per cell
     python benchmarks/bench_tensor_transport.py --sizes 1,16,256   # these sizes (MB)
@@ -48,19 +58,28 @@ class Producer:
     def make_kept(self, nbytes: int):
         return torch.ones(nbytes // 4, dtype=torch.float32)
 
+    def cpu(self) -> float:
+        return time.process_time()
+
 
 @zmesh.remote
 class Consumer:
-    def pull(self, refs: list, reps: int) -> list[float]:
-        """Times of fetching the (nested, so unresolved) ref here, after a warm-up."""
+    def pull(self, refs: list, reps: int, producer) -> tuple[list[float], float]:
+        """Times of fetching the (nested, so unresolved) ref here, after a warm-up, and the
+        CPU seconds per transfer of both processes (this one's and the producer's, less what
+        asking the producer for its CPU time costs it)."""
         zmesh.get(refs[0])
+        probe = [zmesh.get(producer.cpu.remote()) for _ in range(3)]
+        call_cpu = min(b - a for a, b in zip(probe, probe[1:]))
         times = []
+        cpu0, prod0 = time.process_time(), zmesh.get(producer.cpu.remote())
         for _ in range(reps):
             start = time.perf_counter()
             value = zmesh.get(refs[0])
             times.append(time.perf_counter() - start)
             del value
-        return times
+        prod1, cpu1 = zmesh.get(producer.cpu.remote()), time.process_time()
+        return times, (cpu1 - cpu0 + max(0.0, prod1 - prod0 - call_cpu)) / reps
 
 
 @zmesh.remote
@@ -68,15 +87,17 @@ class Member:
     def __init__(self, rank: int) -> None:
         self.rank = rank
 
-    def allreduce(self, nbytes: int, reps: int) -> list[float]:
+    def allreduce(self, nbytes: int, reps: int) -> tuple[list[float], float]:
+        """Times of one allreduce here, and this process's CPU seconds per allreduce."""
         t = torch.ones(nbytes // 4)
         col.allreduce(t, "bench")  # warm up (and join the declared group)
         times = []
+        cpu0 = time.process_time()
         for _ in range(reps):
             start = time.perf_counter()
             col.allreduce(t, "bench")
             times.append(time.perf_counter() - start)
-        return times
+        return times, (time.process_time() - cpu0) / reps
 
 
 def _raw_peer(rank: int, port: int, reps: int, todo: mp.Queue, out: mp.Queue) -> None:
@@ -101,17 +122,20 @@ def _raw_peer(rank: int, port: int, reps: int, todo: mp.Queue, out: mp.Queue) ->
             times.append(time.perf_counter() - start)
         results["p2p"] = statistics.median(times[1:])
         results["p2p_best"] = min(times[1:])
+        cpu0 = time.process_time()
         results["rr"] = _raw_request_reply(pg, rank, t, reps)
+        results["rr_cpu"] = (time.process_time() - cpu0) / (reps + 1)
         pg.allreduce([t]).wait()
         times = []
+        cpu0 = time.process_time()
         for _ in range(reps):
             start = time.perf_counter()
             pg.allreduce([t]).wait()
             times.append(time.perf_counter() - start)
+        results["ar_cpu"] = (time.process_time() - cpu0) / reps
         results["allreduce"] = statistics.median(times)
         del t
-        if rank == 1:
-            out.put(results)
+        out.put((rank, results))
 
 
 def _raw_request_reply(pg, rank: int, t: torch.Tensor, reps: int) -> float:
@@ -154,9 +178,14 @@ class Raw:
             p.start()
 
     def measure(self, nbytes: int) -> dict[str, float]:
+        """Rank 1's times; CPU figures summed over both ranks."""
         for q in self.todo:
             q.put(nbytes)
-        return self.out.get(timeout=1200)  # type: ignore[no-any-return]
+        got = dict(self.out.get(timeout=1200) for _ in range(2))
+        out = dict(got[1])
+        for key in ("rr_cpu", "ar_cpu"):
+            out[key] = got[0][key] + got[1][key]
+        return out
 
     def stop(self) -> None:
         for q in self.todo:
@@ -181,20 +210,24 @@ def cell(values: list[float], scale: float = 1e3) -> str:
 def one_round(sizes: list[int], reps: int, raw: Raw, producer, consumer,
               members) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
     """Every size: raw first, then zmesh's cells, within seconds of each other."""
-    base: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "rr": {}, "allreduce": {}}
-    out: dict[str, dict[int, float]] = {"store": {}, "tt": {}, "tt_best": {}, "ar": {}}
+    base: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "rr": {}, "allreduce": {},
+                                         "rr_cpu": {}, "ar_cpu": {}}
+    out: dict[str, dict[int, float]] = {"store": {}, "tt": {}, "tt_best": {}, "ar": {},
+                                        "tt_cpu": {}, "ar_cpu": {}}
     for nbytes in sizes:
         for k, v in raw.measure(nbytes).items():
             base[k][nbytes] = v
         plain = producer.make.remote(nbytes)
         kept = producer.make_kept.remote(nbytes)
         zmesh.wait([plain, kept], num_returns=2)
-        out["store"][nbytes] = statistics.median(zmesh.get(consumer.pull.remote([plain], reps)))
-        times = zmesh.get(consumer.pull.remote([kept], reps))
+        times, _ = zmesh.get(consumer.pull.remote([plain], reps, producer))
+        out["store"][nbytes] = statistics.median(times)
+        times, out["tt_cpu"][nbytes] = zmesh.get(consumer.pull.remote([kept], reps, producer))
         out["tt"][nbytes], out["tt_best"][nbytes] = statistics.median(times), min(times)
         del plain, kept
         ar = zmesh.get([m.allreduce.remote(nbytes, reps) for m in members])
-        out["ar"][nbytes] = statistics.median(ar[0] + ar[1])
+        out["ar"][nbytes] = statistics.median(ar[0][0] + ar[1][0])
+        out["ar_cpu"][nbytes] = ar[0][1] + ar[1][1]
     return base, out
 
 
@@ -211,7 +244,7 @@ def main() -> None:
         sizes += BIG
     if args.sizes:
         sizes = [int(float(mb) * (1 << 20)) for mb in args.sizes.split(",")]
-    reps = args.reps or (3 if args.quick else 5)
+    reps = args.reps or (5 if args.quick else 11)
 
     zmesh.init(num_cpus=4, object_store_memory=(3 << 30) if max(sizes) > (64 << 20) else (1 << 30))
     producer, consumer = Producer.remote(), Consumer.remote()
@@ -246,6 +279,17 @@ def main() -> None:
         print(f"{fmt_size(nbytes):>7} | {cell(st):>20} | {cell(tt):>22} | {cell(rp):>22} | "
               f"{ratio_tt:5.2f}x | {cell(rr):>22} | {ratio_rr:5.2f}x | {cell(ar):>22} | "
               f"{cell(ra):>22} | {ratio_ar:5.2f}x", flush=True)
+    print("CPU ms per operation, both processes together (load moves it far less than wall "
+          "time): transport (consumer + producer) vs raw req/reply (both peers); allreduce "
+          "(both members) vs raw allreduce (both peers); median over rounds:")
+    for nbytes in sizes:
+        tc = statistics.median(z["tt_cpu"][nbytes] for _, z in rounds) * 1e3
+        rc = statistics.median(b["rr_cpu"][nbytes] for b, _ in rounds) * 1e3
+        ac = statistics.median(z["ar_cpu"][nbytes] for _, z in rounds) * 1e3
+        bc = statistics.median(b["ar_cpu"][nbytes] for b, _ in rounds) * 1e3
+        print(f"{fmt_size(nbytes):>7} | transport {tc:8.3f} | raw req/reply {rc:8.3f} | "
+              f"{tc / rc:5.2f}x | allreduce {ac:8.3f} | raw allreduce {bc:8.3f} | "
+              f"{ac / bc:5.2f}x")
     print("best single transfer over every round (the least disturbed by the load), ms:")
     for nbytes in sizes:
         tt_best = min(z["tt_best"][nbytes] for _, z in rounds)
