@@ -42,12 +42,14 @@ class RecentTasks:
     """(task id, attempt) -> None while queued or running, its TaskResult once finished.
 
     Every task passes here twice (`take`, `finished`), so both are a lock, a dict operation
-    or two and a size; the bounds are checked only when one is passed. A plain dict keeps
-    insertion order: its oldest entry is the first (usually finished: tasks end in about
-    the order they came)."""
+    or two and a size; past `keep` (by a sixteenth) the oldest go, in one batch. The oldest
+    entry is the first, usually finished (tasks end in about the order they came): an
+    OrderedDict finds it at once, where a plain dict would scan past the slots of those
+    taken before it."""
 
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
+        self._trim_at = keep + keep // 16
         self._tasks: OrderedDict[tuple[bytes, int], m.TaskResult | None] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()  # the loop thread takes, the executor thread finishes
@@ -60,7 +62,7 @@ class RecentTasks:
             if key in tasks:
                 return False, tasks[key]
             tasks[key] = _RUNNING
-            if len(tasks) > self._keep:
+            if len(tasks) > self._trim_at:  # trimmed in batches: not at every task
                 self._trim()
             return True, None
 
