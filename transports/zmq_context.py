@@ -7,19 +7,21 @@ threads; after a fork the child starts afresh.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import os
 import socket
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import zmq
 
 from zmesh.errors import TransportError
 from zmesh.security.identity import client_metadata, process_keys
 from zmesh.security.keys import ClusterCredentials
-from zmesh.security.zap import ZapGate
+
+if TYPE_CHECKING:  # the ZAP handler pulls in zmq.auth and asyncio: only a mesh needs it
+    from zmesh.security.zap import ZapGate
 
 __all__ = [
     "INPROC_MARK", "IO_THREADS_ENV", "io_threads", "ipc_socket_in_use", "new_router",
@@ -63,6 +65,8 @@ def io_threads() -> int:
 
 
 def _libc_srand() -> Callable[[int], object] | None:
+    import ctypes  # (~20 ms to import: only once a ROUTER is made)
+
     try:
         srand = ctypes.CDLL(None).srand
     except (OSError, AttributeError, TypeError):
@@ -72,7 +76,7 @@ def _libc_srand() -> Callable[[int], object] | None:
     return srand
 
 
-_srand = _libc_srand()
+_srand: Callable[[int], object] | None | bool = False  # False: not looked up yet
 _router_lock = threading.Lock()
 
 
@@ -86,8 +90,11 @@ def new_router(context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
     member over tcp). Seeding ``rand()`` from the OS just before the ROUTER is made leaves a
     peer a 2**-32 guess per connection instead of a sure hit.
     """
+    global _srand
     with _router_lock:
-        if _srand is not None:
+        if _srand is False:
+            _srand = _libc_srand()
+        if callable(_srand):
             _srand(int.from_bytes(os.urandom(4), "little"))
         return context.socket(zmq.ROUTER)
 
@@ -130,6 +137,8 @@ class _SharedContext:
             if self._context is None:
                 raise TransportError("the zmq context is closed")
             if self._gate is None:
+                from zmesh.security.zap import ZapGate
+
                 self._gate = ZapGate(self._context)
             return self._gate
 

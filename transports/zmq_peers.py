@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 from collections import OrderedDict
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 from zmesh.protocol.codec import DropWarnings
 from zmesh.protocol.handshake import PROTOCOL_VERSION
@@ -58,6 +58,7 @@ _PROTO = str(PROTOCOL_VERSION)
 _MAX_NAME = 1024
 _KEY_CHARS = 40  # a Z85 CURVE public key
 _monitors = itertools.count()
+_MONITOR_EVENT = struct.Struct("=Hi")
 
 
 def _prop(frame: zmq.Frame, name: str) -> str | None:
@@ -140,13 +141,18 @@ class PeerTable:
         reaped = 0
         while monitor is not None:
             try:
-                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.ZMQError:
                 break  # none left (or the context is going)
-            if event["event"] != zmq.EVENT_DISCONNECTED:
+            # libzmq's monitor event: a 16-bit event id and a 32-bit value (here the fd),
+            # then the endpoint (parsed here: zmq.utils.monitor imports zmq.asyncio)
+            if len(frames) != 2 or len(frames[0]) != 6:
+                continue
+            event, fd = _MONITOR_EVENT.unpack(frames[0])
+            if event != zmq.EVENT_DISCONNECTED:
                 continue
             reaped += 1
-            rid = self._fds.pop(int(event["value"]), None)
+            rid = self._fds.pop(fd, None)
             sender = self.connections.pop(rid, None) if rid is not None else None
             if rid is not None and sender is not None:
                 self._forget(rid, sender, gone=True)

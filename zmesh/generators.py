@@ -10,7 +10,6 @@ arrival: they may overtake the completion, and a retried task's repeats are igno
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import weakref
@@ -208,6 +207,8 @@ class ObjectRefGenerator:
                 raise StopAsyncIteration from None
             if ref is not None:
                 return ref
+            import asyncio  # (not at import: `import zmesh` should not pay for asyncio)
+
             await asyncio.wrap_future(stream.waiter())
 
     def next_ready(self) -> bool:

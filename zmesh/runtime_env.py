@@ -15,10 +15,8 @@ import io
 import json
 import os
 import sys
-import tempfile
 import threading
 import types
-import zipfile
 from typing import Any
 
 ENV_KEY = "ZMESH_RUNTIME_ENV"
@@ -59,6 +57,8 @@ def _module_path(mod: Any) -> str:
 
 
 def _zip(path: str, keep_dir_name: bool) -> bytes:
+    import zipfile  # (here, not at import: every worker imports this module)
+
     buf = io.BytesIO()
     root = os.path.abspath(path)
     base = os.path.dirname(root) if keep_dir_name else root
@@ -107,6 +107,9 @@ def env_vars(client: Any, env: dict[str, Any]) -> dict[str, str]:
 # -- worker side ---------------------------------------------------------------------------
 def _unpacked(client: Any, entry: list[str]) -> str:
     """The directory holding the package `entry` on this node, fetched on first use."""
+    import tempfile
+    import zipfile
+
     from zmesh.object_ref import ObjectRef
 
     digest, oid_hex, owner = entry

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import copyreg
 import importlib
-import importlib.abc
 import importlib.machinery
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader as _LoaderBase
+    from importlib.abc import MetaPathFinder as _FinderBase
+else:  # importlib.abc pulls in importlib.resources, tempfile, shutil, zipfile... in every
+    _LoaderBase = _FinderBase = object  # worker; the import system needs only the methods
 
 # ray module name -> the zmesh module that answers for it
 ALIASES: dict[str, str] = {
@@ -62,7 +67,7 @@ def _reduce_alias(module: types.ModuleType) -> tuple[Any, tuple[str]]:
 copyreg.pickle(_AliasModule, _reduce_alias)
 
 
-class _AliasLoader(importlib.abc.Loader):
+class _AliasLoader(_LoaderBase):
     def __init__(self, target: str) -> None:
         self.target = target
 
@@ -101,7 +106,7 @@ class _AliasLoader(importlib.abc.Loader):
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
 
 
-class RayAliasFinder(importlib.abc.MetaPathFinder):
+class RayAliasFinder(_FinderBase):
     """Finds `ray` and its known submodules as aliases of zmesh modules."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,

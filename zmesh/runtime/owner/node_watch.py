@@ -14,7 +14,6 @@ from typing import Any
 
 from zmesh.protocol.messages.common import Ping, Pong
 from zmesh.runtime.loop import EventLoop
-from zmesh.store.sweep import pid_alive
 
 PING_PERIOD_S = 1.0
 
@@ -57,6 +56,8 @@ class NodeWatch:
     def _tick(self) -> None:
         if self.lost:
             return
+        from zmesh.store.sweep import pid_alive  # (imports shutil, tempfile: not at start)
+
         if self.pid and not pid_alive(self.pid):
             self._lose(f"its process (pid={self.pid}) exited")
             return

@@ -103,34 +103,44 @@ class CallReplies:
 
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
-        self._replies: OrderedDict[bytes, m.TaskResult] = OrderedDict()
+        # each answer with its size, counted once (every call of an actor comes through here)
+        self._replies: OrderedDict[bytes, tuple[m.TaskResult, int]] = OrderedDict()
         self._pending: set[bytes] = set()
         self._bytes = 0
         self._lock = threading.Lock()  # call threads put, the loop thread gets
 
     def expect(self, task_id: bytes) -> None:
-        """A call was released to run: its answer comes with `put`."""
-        with self._lock:
-            self._pending.add(task_id)
+        """A call was released to run: its answer comes with `put`. (No lock: one set add
+        is atomic, and `put` and `repeat` take the lock for what they read together.)"""
+        self._pending.add(task_id)
 
     def put(self, result: m.TaskResult) -> None:
+        size = 64
+        for value in result.returns:
+            size += len(value.data)
+        task_id = result.task_id
         with self._lock:
-            self._pending.discard(result.task_id)
+            self._pending.discard(task_id)
             replies = self._replies
-            old = replies.pop(result.task_id, None)
+            old = replies.pop(task_id, None)
             if old is not None:
-                self._bytes -= _size(old)
-            replies[result.task_id] = result
-            self._bytes += _size(result)
-            while replies and (len(replies) > self._keep or self._bytes > KEEP_BYTES):
-                self._bytes -= _size(replies.popitem(last=False)[1])
+                self._bytes -= old[1]
+            replies[task_id] = (result, size)
+            self._bytes += size
+            while len(replies) > self._keep or self._bytes > KEEP_BYTES:
+                self._bytes -= replies.popitem(last=False)[1][1]
+                if not replies:
+                    break
 
     def get(self, task_id: bytes) -> m.TaskResult | None:
         with self._lock:
-            return self._replies.get(task_id)
+            kept = self._replies.get(task_id)
+        return None if kept is None else kept[0]
 
     def repeat(self, task_id: bytes) -> tuple[m.TaskResult | None, bool]:
         """For a repeat of a released call: (its kept answer, whether it was forgotten)."""
         with self._lock:
-            answer = self._replies.get(task_id)
-            return answer, answer is None and task_id not in self._pending
+            kept = self._replies.get(task_id)
+            if kept is not None:
+                return kept[0], False
+            return None, task_id not in self._pending
