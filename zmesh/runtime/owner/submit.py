@@ -293,7 +293,7 @@ task of that function (`_fn_known`).
     def _result(self, task: Task, sender: str, msg: m.TaskResult) -> None:
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
-        retry = retryable(task, msg)
+        retry = bool(task.retry_exceptions) and retryable(task, msg)  # (most tasks: no call)
         if not retry:
             sent = self.core.result_fast(msg.task_id)
             if sent is not False:
