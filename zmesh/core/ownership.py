@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "AddBorrower", "AddLocal", "AddSubmitted", "BorrowerGone", "Event", "Action", "Escaped", "Free",
@@ -247,6 +247,15 @@ class Ownership:
 
     def remove_local(self, object_id: bytes) -> list[Action]:
         """`handle(RemoveLocal(object_id))`."""
+        out = self.release_local(object_id)
+        if isinstance(out, list):
+            return out
+        _, _, owner, owned = self.log[-1]  # (the Record's fields, in the entry just made)
+        return [Free(object_id, owner, owned, ())]
+
+    def release_local(self, object_id: bytes) -> list[Action] | Literal[True]:
+        """`remove_local` for the hot path of every ref: True instead of the common outcome,
+        `[Free(object_id, owner, owned, ())]` (it alone is freed: no action object made)."""
         rec = self.records.get(object_id)
         if rec is not None:
             rec.local -= 1
@@ -259,7 +268,7 @@ class Ownership:
                 # the common case, inline: nothing else is released with it
                 del self.records[object_id]
                 self.log.append(("Freed", object_id, rec.owner, rec.owned))
-                return [Free(object_id, rec.owner, rec.owned, ())]
+                return True
         self.log.append(("RemoveLocal", object_id))
         return _NOTHING
 

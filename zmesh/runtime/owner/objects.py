@@ -118,13 +118,14 @@ class ObjectTable:
 
     def decref(self, object_id: bytes) -> None:
         with self.lock:
-            actions = self.core.remove_local(object_id)
-            if not actions:
+            actions = self.core.release_local(object_id)
+            if actions is True:  # the common case: only it is freed
+                entry = self.entries.pop(object_id, None)
+                if entry is None:
+                    return
+                freed = [(object_id, entry)]
+            elif not actions:
                 return
-            first = actions[0]
-            if len(actions) == 1 and isinstance(first, Free) and not first.held:
-                entry = self.entries.pop(object_id, None)  # the common case: only it is freed
-                freed = [] if entry is None else [(object_id, entry)]
             else:
                 freed = self._drop_freed(actions)
         for oid, entry in freed:
