@@ -19,6 +19,10 @@ STORY_LEN = 2048
 STOP_GRACE_S = 2.0
 """A dead owner's busy worker gets SIGTERM, then SIGKILL after this."""
 
+DEAD_OWNERS_KEPT = 4096
+"""Owners (addresses, never reused) whose death a node remembers, to refuse their requests
+still in flight when they died."""
+
 FORWARD_SWEEP_S = 2.0
 """How often an origin node looks over the leases it forwarded: one not known granted for a
 whole period is sent again (the ForwardLease or the word of its grant may have been lost)."""

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from zmesh.core.lease_records import (
+    DEAD_OWNERS_KEPT,
     FORWARD_SWEEP_S,
     STOP_GRACE_S,
     STORY_LEN,
@@ -79,7 +80,7 @@ from zmesh.core.scheduling import (
     Infeasible,
     Pending,
 )
-from zmesh.errors import TaskUnschedulableError
+from zmesh.errors import TaskUnschedulableError, ZmeshSystemError
 
 
 class NodeLeases:
@@ -95,6 +96,7 @@ class NodeLeases:
         self.spare_starting = False
         """A spare (a worker started to replace one that exited) is starting: start no other
         until a worker registers, or a burst of 25 exits starts 25 spares."""
+        self.dead_owners: dict[str, None] = {}  # the latest DEAD_OWNERS_KEPT, oldest first
         self._log: deque[tuple[Event, list[Action]]] = deque(maxlen=story_len)
 
     # -- queries ---------------------------------------------------------------------------
@@ -115,6 +117,14 @@ class NodeLeases:
         lease: Lease | None
         match event:
             case LeaseRequested():
+                if event.owner in self.dead_owners:
+                    # Sent just before its owner died and read after: granted, it would hold
+                    # a worker and a CPU for no one, forever. Refused, not dropped: an owner
+                    # only taken for dead (a silent driver) hears why.
+                    return [RefuseLease(event.lease_id, event.owner, event.request_id,
+                                        ZmeshSystemError(f"this node took {event.owner} for "
+                                                         "dead and freed what it held"),
+                                        event.origin)]
                 lease = self.leases.get(event.lease_id)
                 if lease is not None:
                     if not lease.remote:
@@ -316,6 +326,9 @@ class NodeLeases:
         return [KillWorker(rec.worker, SIGTERM), SetTimer(STOP_GRACE_S, ("stop", rec.worker))]
 
     def _owner_died(self, owner: str) -> list[Action]:
+        self.dead_owners[owner] = None
+        if len(self.dead_owners) > DEAD_OWNERS_KEPT:
+            del self.dead_owners[next(iter(self.dead_owners))]
         out: list[Action] = []
         for lease in [le for le in self.leases.values() if le.owner == owner]:
             if lease.remote:
@@ -332,7 +345,14 @@ class NodeLeases:
             if lease.remote == event.address:
                 out += self._lost_remote(lease, f"its node {event.node_id} {event.why}")
             elif lease.origin == event.address:
-                lease.origin = ""  # its owner went with that node
+                # Its owner went with that node, or was taken for dead with it and lives on:
+                # its worker may be mid-task, so it stops (handed out idle, it would take new
+                # tasks behind one that never ends); a live owner hears that the worker is
+                # gone and retries, a live origin that the lease is done (it keeps a record).
+                if lease.worker is not None:
+                    out.append(TellWorkerExited(lease.lease_id, lease.owner, lease.worker,
+                                                f"its owner's node {event.node_id} {event.why}"))
+                out += self._stop_worker(lease)
                 out += self._release(lease)
         return out
 

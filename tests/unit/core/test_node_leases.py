@@ -173,6 +173,43 @@ def test_a_dead_owners_busy_worker_is_stopped_not_reused():
     assert h.sched.available()["CPU"] == 2.0 and not h.core.leases
 
 
+def test_a_request_read_after_its_owner_died_is_not_granted():
+    # Seed 105553: a worker's lease requests, slowed on their way, were read after the node
+    # had handled the worker's death; granted, they held a worker and a CPU for no one,
+    # forever (and a nested get that needed that CPU timed out).
+    h = Harness()
+    h.feed(ev.WorkerStarted(b"w1"))
+    h.feed(ev.OwnerDied(OWNERS[0]))
+    h.feed(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(b"L1", "task", {"CPU": 1.0})))
+    assert h.granted == {} and h.core.leases == {} and h.sched.available() == TOTAL
+    assert h.refused == {b"L1"}  # refused, so an owner only taken for dead hears why
+    h.feed(ev.LeaseRequested(b"L2", OWNERS[1], 1, "f", Request(b"L2", "task", {"CPU": 1.0})))
+    assert h.granted == {b"L2": b"w1"}  # a live owner still gets its lease
+
+
+def test_a_lease_whose_origin_node_died_stops_its_worker_and_tells_owner_and_origin():
+    # Seed 105553: n2 took n0 (slowed, not dead) for dead and released the leases n0 had
+    # forwarded to it, handing their workers out idle while they still ran n0's owners'
+    # tasks: two workers were each granted to the other's owner behind a task that never
+    # ended, and n0 kept its record of a lease n2 no longer had, forever. The worker now
+    # stops, a live owner hears that it exited (and retries), a live origin that it is done.
+    h = Harness()
+    h.feed(ev.WorkerStarted(b"w1"))
+    h.feed(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(b"L1", "task", {"CPU": 1.0}),
+                             origin="tcp://n0"))
+    assert h.granted == {b"L1": b"w1"}
+    actions = h.core.handle(ev.PeerDied("tcp://n0", "n0", "died"))
+    assert ev.TellWorkerExited(b"L1", OWNERS[0], b"w1", "its owner's node n0 died") in actions
+    assert ev.KillWorker(b"w1", ev.SIGTERM) in actions
+    assert ev.LeaseDone(b"L1", "tcp://n0") in actions
+    assert h.core.role(b"w1") is WorkerRole.STOPPING and h.core.idle_count() == 0
+    h.core.validate()
+    h.feed(ev.LeaseRequested(b"L2", OWNERS[1], 1, "f", Request(b"L2", "task", {"CPU": 1.0})))
+    assert b"L2" not in h.granted  # not granted the stopping worker
+    h.feed(ev.WorkerExited(b"w1", "was killed by signal 15"))
+    assert h.sched.available()["CPU"] == 1.0 and list(h.core.leases) == [b"L2"]
+
+
 def test_story_names_what_happened_to_one_lease():
     h = Harness()
     h.feed(ev.LeaseRequested(b"L1", OWNERS[0], 1, "f", Request(b"L1", "task", {"CPU": 1.0})))
