@@ -79,6 +79,10 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
               ("actor", 1, -1), ("slow", "n0", 0.5, 5.0), ("get", 44)],
      "the same: n2 released a lease n0 had forwarded without telling n0 (taken for dead, "
      "but alive), which kept its record 'remote' forever. n2 now tells the origin"),
+    (105553, [("inner", 77), ("inner", 16), ("pg", 8), ("slow", "n0", 0.5, 5.0), ("get", 44)],
+     "n1 took the slowed n0, its group's coordinator, for dead and released the group's "
+     "bundle; n0 (alive) placed the bundle on n1 again, and n1 skipped the group's final "
+     "release as done already: its CPU was held forever"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

@@ -147,6 +147,10 @@ class GroupScheduling:
         refused = self._bundles.reserve(pg_id, shapes)
         return [BundlesPrepared(pg_id, self.node_id, attempt, refused is None, refused or "")]
 
+    def holds_bundles(self, pg_id: PlacementGroupId) -> bool:
+        """Whether this node holds bundles of the group (reserved or committed)."""
+        return self._bundles.has(pg_id)
+
     def commit_bundles(
         self,
         pg_id: PlacementGroupId,

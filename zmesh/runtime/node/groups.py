@@ -145,7 +145,10 @@ class GroupRelay:
         """Free this node's part of a group (removed, or its coordinator is gone)."""
         node = self.node
         self.coordinator.pop(pg_id, None)
-        if pg_id in self.removed:
+        if pg_id in self.removed and not node.scheduler.holds_bundles(pg_id):
+            # Released already. Not when it holds bundles again: released because its
+            # coordinator was taken for dead, then prepared again by that live coordinator
+            # (its release was skipped and the bundles' CPU held forever).
             return
         node.apply(node.scheduler.remove_placement_group(pg_id))
 
