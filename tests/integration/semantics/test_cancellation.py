@@ -228,6 +228,31 @@ def test_running_async_actor_task_is_cancelled(ray):
     assert ray.get(a.ping.remote(), timeout=30) == "pong"
 
 
+def test_queued_async_actor_task_is_cancelled_while_another_holds_the_only_slot(ray, gate):
+    # docs (Actor task cancellation): a queued actor task is cancelled. A call queued for an
+    # async actor's only slot used to be cancelled outside the part that answers: its
+    # caller waited forever (reviewer's reproduction: GetTimeoutError after 20 s).
+    @ray.remote(max_concurrency=1)
+    class One:
+        async def hold(self, g):
+            await g.mark.remote()
+            return await g.wait.remote()
+
+        async def quick(self):
+            return "quick"
+
+    a = One.remote()
+    held = a.hold.remote(gate)
+    assert ray.get(gate.wait_started.remote(), timeout=30)
+    queued = a.quick.remote()
+    ray.cancel(queued)
+    with pytest.raises(TaskCancelledError):
+        ray.get(queued, timeout=30)
+    ray.get(gate.open.remote(), timeout=30)
+    assert ray.get(held, timeout=30) == "released"
+    assert ray.get(a.quick.remote(), timeout=30) == "quick"
+
+
 def test_running_sync_actor_task_is_not_interrupted(ray):
     # docs (Actor task cancellation): "If it is a regular actor or a threaded actor, the
     # execution isn't cancelled"

@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import inspect
 import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import cloudpickle
 
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
 
 TERMINATE = "__ray_terminate__"
 TERMINATED = "it was terminated by __ray_terminate__"
+
+
+FORGOTTEN_GRACE_S = 3.0
+"""How long a repeat whose answer is no longer kept waits before it fails: the answer may
+still be queued on another connection, and the error must not overtake it."""
 
 
 class Executor:
@@ -96,11 +102,11 @@ class Executor:
             answer, forgotten = self.replies.repeat(msg.task_id)
             if answer is not None:  # its answer was lost on the way: send it again
                 self.client.loop.send(msg.caller, answer)
-            elif forgotten:  # it ran, its answer was lost, and it is no longer kept
-                self._reject(msg, ObjectLostError(
-                    f"the answer of {self._method_name(msg)} (call {msg.task_id.hex()}) was "
-                    "lost on its way back and is no longer kept by the actor; the call ran "
-                    "and is not run again"))
+            elif forgotten:  # it ran, and its answer is no longer kept: sent long ago and
+                # lost, or still stuck in a backed-up queue on the call thread's connection,
+                # which this error (sent by the loop) could overtake: give it a grace first
+                self.client.loop.call_later(
+                    FORGOTTEN_GRACE_S, functools.partial(self._answer_forgotten, msg))
             return
         replies = self.replies
         for call in self.mailbox.deliver(msg.caller, msg.seq, msg):
@@ -393,15 +399,31 @@ class Executor:
         self.async_calls[call.task_id] = self.aio.create_task(self._async_call(call))
 
     def _cancel_async(self, task_id: bytes) -> None:  # the actor's event loop
-        task = self.async_calls.pop(task_id, None)  # (one cancelled unstarted never runs)
-        if task is not None:
-            task.cancel()
+        task = self.async_calls.get(task_id)
+        if task is None:
+            return
+        coro = cast("Coroutine[Any, Any, Any]", task.get_coro())
+        if inspect.getcoroutinestate(coro) != inspect.CORO_CREATED:
+            task.cancel()  # (one not started yet finds itself in `cancelled` and answers)
 
     async def _async_call(self, call: m.ActorCall) -> None:
         try:
             await self._async_call_body(call)
+        except asyncio.CancelledError:  # cancelled while it queued for its semaphore
+            if not self.exited:
+                self._answer_cancelled(call)
         finally:
             self.async_calls.pop(call.task_id, None)
+
+    def _answer_forgotten(self, call: m.ActorCall) -> None:
+        self._reject(call, ObjectLostError(
+            f"the answer of {self._method_name(call)} (call {call.task_id.hex()}) was lost on "
+            "its way back and is no longer kept by the actor; the call ran and is not run again"))
+
+    def _answer_cancelled(self, call: m.ActorCall) -> None:
+        name = self._method_name(call)
+        error = _error(name, TaskCancelledError(f"task {name} was cancelled"), self.pid)
+        self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
 
     async def _async_call_body(self, call: m.ActorCall) -> None:
         assert self.aio_sem is not None
@@ -417,6 +439,9 @@ class Executor:
             except ValueError as exc:
                 self._reject(call, exc)
                 return
+        if call.task_id in self.cancelled:  # before it queues for a slot
+            self._answer_cancelled(call)
+            return
         async with sem:
             try:
                 if call.task_id in self.cancelled or call.method == CANCELLED_CALL:
