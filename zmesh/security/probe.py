@@ -10,10 +10,10 @@ messages that silently never arrive.
 from __future__ import annotations
 
 import secrets
+import struct
 import time
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from zmesh.errors import AuthenticationError, HandshakeError, ZmeshError
 from zmesh.protocol import codec
@@ -28,6 +28,7 @@ PROBE_PREFIX = "probe://"
 
 _FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_MONITOR_EVENT = struct.Struct("=Hi")
 _WATCH = _FAILED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
 
 
@@ -79,7 +80,7 @@ def _await_welcome(address: str, dealer: zmq.Socket[bytes], monitor: zmq.Socket[
                              "is one running there, and is the port reachable?")
         ready = dict(poller.poll(max(1, int(left * 1000))))
         if monitor in ready:
-            event = recv_monitor_message(monitor)["event"]
+            event = _monitor_event(monitor.recv_multipart())
             if event & _FAILED or (event == zmq.EVENT_DISCONNECTED and (drops := drops + 1) > 1):
                 raise AuthenticationError(_refused(address, curve, event))
         if dealer in ready:
@@ -94,6 +95,15 @@ def _await_welcome(address: str, dealer: zmq.Socket[bytes], monitor: zmq.Socket[
                     raise AuthenticationError(
                         f"the zmesh node at {address} refused our join token: {exc}") from None
                 raise
+
+
+def _monitor_event(frames: list[bytes]) -> int:
+    """The event id of a socket monitor's message (a 16-bit id and a 32-bit value, then the
+    endpoint). Parsed here: zmq.utils.monitor imports zmq.asyncio, hence asyncio and ssl,
+    into every node that checks its seeds."""
+    if len(frames) != 2 or len(frames[0]) != 6:
+        raise ZmeshError(f"a malformed socket monitor message: {frames!r}")
+    return int(_MONITOR_EVENT.unpack(frames[0])[0])
 
 
 def _refused(address: str, curve: bool, event: int) -> str:
