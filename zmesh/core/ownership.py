@@ -253,6 +253,32 @@ class Ownership:
         _, _, owner, owned = self.log[-1]  # (the Record's fields, in the entry just made)
         return [Free(object_id, owner, owned, ())]
 
+    def add_submitted(self, object_ids: tuple[bytes, ...]) -> None:
+        """`handle(AddSubmitted(object_ids))` (it has no actions): every task with ref
+        arguments comes through here and `remove_submitted`."""
+        self.log.append(("AddSubmitted", object_ids))
+        records = self.records
+        for oid in object_ids:
+            rec = records.get(oid)
+            if rec is not None:
+                rec.submitted += 1
+
+    def remove_submitted(self, object_ids: tuple[bytes, ...]) -> list[Action]:
+        """`handle(RemoveSubmitted(object_ids))`, without building the event."""
+        out: list[Action] = []
+        records = self.records
+        for oid in object_ids:
+            rec = records.get(oid)
+            if rec is not None:
+                rec.submitted -= 1
+                if not rec.in_use():
+                    self._maybe_free(oid, out)
+        if out:
+            self.log.append((RemoveSubmitted(object_ids), tuple(out)))
+            return out
+        self.log.append(("RemoveSubmitted", object_ids))
+        return _NOTHING
+
     def release_local(self, object_id: bytes) -> list[Action] | Literal[True]:
         """`remove_local` for the hot path of every ref: True instead of the common outcome,
         `[Free(object_id, owner, owned, ())]` (it alone is freed: no action object made)."""
@@ -457,7 +483,9 @@ class Ownership:
 _NOTHING: list[Action] = []  # returned by a fast path with nothing to do (never mutated)
 # A fast path logs its event's name, not its class: a tuple of strings and bytes only is
 # untracked by the garbage collector, which then skips the log's 10,000 entries.
-_FAST_EVENTS: dict[str, Any] = {"AddLocal": AddLocal, "RemoveLocal": RemoveLocal}
+_FAST_EVENTS: dict[str, Any] = {"AddLocal": AddLocal, "RemoveLocal": RemoveLocal,
+                                 "AddSubmitted": AddSubmitted,
+                                 "RemoveSubmitted": RemoveSubmitted}
 
 
 def _mentions(item: Event | Action, object_id: bytes) -> bool:

@@ -221,19 +221,32 @@ def test_contained_and_held_objects_go_with_their_outer_value() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.sampled_from(["me", "other"])),
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from(["me", "other"])),
                 max_size=60))
-def test_fast_paths_do_what_handle_does(steps: list[tuple[bool, int, str]]) -> None:
-    """add_local/remove_local (the hot path of every ref) give the same records, actions
-    and story as handle(AddLocal)/handle(RemoveLocal)."""
+def test_fast_paths_do_what_handle_does(steps: list[tuple[int, int, str]]) -> None:
+    """add_local/remove_local (the hot path of every ref) and add_submitted/remove_submitted
+    (of every task with ref arguments) give the same records, actions and story as handle()
+    with their events."""
     slow, fast = Ownership("me"), Ownership("me")
-    for add, n, owner in steps:
+    local: Counter[bytes] = Counter()  # what the refs and tasks hold (each released once)
+    submitted: Counter[bytes] = Counter()
+    for op, n, owner in steps:
         oid = b"o%d" % n
-        if add:
+        if op == 0:
             slow.handle(AddLocal(oid, owner))
             fast.add_local(oid, owner)
-        else:
+            local[oid] += 1
+        elif op == 1 and local[oid] > 0:
+            local[oid] -= 1
             assert fast.remove_local(oid) == slow.handle(RemoveLocal(oid))
+        elif op == 2:
+            ids = (oid, b"o%d" % ((n + 1) % 4))
+            slow.handle(AddSubmitted(ids))
+            fast.add_submitted(ids)
+            submitted.update(i for i in ids if i in fast.records)
+        elif op == 3 and submitted[oid] > 0:
+            submitted[oid] -= 1
+            assert fast.remove_submitted((oid,)) == slow.handle(RemoveSubmitted((oid,)))
         assert fast.records == slow.records
         fast.validate()
     for n in range(4):

@@ -16,7 +16,6 @@ from zmesh.core.exhaustive import assert_never
 from zmesh.core.ownership import (
     Action,
     AddBorrower,
-    AddSubmitted,
     Escaped,
     Event,
     FailBorrowed,
@@ -28,7 +27,6 @@ from zmesh.core.ownership import (
     Record,
     RefuseBorrow,
     RemoveBorrower,
-    RemoveSubmitted,
     Verdict,
 )
 from zmesh.protocol.messages.runtime import Value
@@ -133,10 +131,18 @@ class ObjectTable:
                 self._post(self._on_free, oid, entry)
 
     def add_submitted(self, object_ids: Sequence[bytes]) -> None:
-        self.handle(AddSubmitted(tuple(object_ids)))
+        with self.lock:
+            self.core.add_submitted(tuple(object_ids))
 
     def remove_submitted(self, object_ids: Sequence[bytes]) -> None:
-        self.handle(RemoveSubmitted(tuple(object_ids)))
+        with self.lock:
+            actions = self.core.remove_submitted(tuple(object_ids))
+            if not actions:
+                return
+            freed = self._drop_freed(actions)
+        for oid, entry in freed:
+            if self.free_needs_loop(oid, entry):
+                self._post(self._on_free, oid, entry)
 
     def add_borrower(self, object_ids: Sequence[bytes], borrower: str) -> None:
         self.handle(AddBorrower(tuple(object_ids), borrower))
