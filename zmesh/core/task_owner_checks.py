@@ -7,6 +7,7 @@ from typing import Any
 
 from zmesh.core.task_owner_events import Action, Complete, Event, Result, Send, Submit
 from zmesh.core.task_owner_state import (
+    FAST_CHAIN,
     FAST_RESULT,
     FAST_SUBMIT,
     MAX_LEASE_REQUESTS,
@@ -76,6 +77,10 @@ def expand(entry: tuple[Any, ...]) -> tuple[Event, tuple[Action, ...]]:
     if entry[0] is FAST_SUBMIT:
         _, tid, key, retries, holds, calls, lid, worker = entry
         return Submit(tid, key, retries, holds, calls), (Send(tid, lid, worker, 0),) if lid else ()
+    if entry[0] is FAST_CHAIN:
+        _, tid, key, retries, holds, calls, producers, lid, worker = entry
+        return Submit(tid, key, retries, holds, calls, True, producers), \
+            (Send(tid, lid, worker, 0),)
     if entry[0] is FAST_RESULT:
         _, tid, lid, nid, worker, attempt = entry
         done = Complete(tid)

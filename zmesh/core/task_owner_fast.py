@@ -9,6 +9,7 @@ from collections.abc import Hashable
 
 from zmesh.core.task_owner_events import Send
 from zmesh.core.task_owner_state import (
+    FAST_CHAIN,
     FAST_RESULT,
     FAST_SUBMIT,
     MAX_LEASE_REQUESTS,
@@ -60,6 +61,37 @@ class TaskOwnerFastPaths(TaskOwnerState):
         self.log.append((FAST_SUBMIT, task_id, key, max_retries, holds_resources, max_calls,
                          tlid, target.worker))
         return Send(task_id, tlid, target.worker, 0)
+
+    def submit_chained(self, task_id: bytes, key: Hashable, max_retries: int,
+                       holds_resources: bool, max_calls: int, producers: tuple[bytes, ...]
+                       ) -> Send | bool:
+        """`handle(Submit(..., waiting=True, producers=producers))` for a task whose missing
+        arguments are all made on one lease of its shape that takes more tasks (a chain):
+        returns the Send that makes it follow them there, or False (not such a case:
+        nothing changed, call `handle`)."""
+        if key not in self.queues or task_id in self.tasks or not producers:
+            return False
+        tasks = self.tasks
+        found = b""
+        for producer in producers:
+            p = tasks.get(producer)
+            if p is None or p.state is not TaskState.INFLIGHT or p.key != key:
+                return False
+            if not found:
+                found = p.lease
+            elif found != p.lease:
+                return False
+        lease = self.leases[found]
+        if lease.revoked or self._spent(lease):
+            return False
+        t = tasks[task_id] = TaskEntry(key, max_retries)
+        t.state, t.lease = TaskState.INFLIGHT, found
+        lease.inflight[task_id] = None
+        lease.calls += 1
+        lease.stamp += 1
+        self.log.append((FAST_CHAIN, task_id, key, max_retries, holds_resources, max_calls,
+                         producers, found, lease.worker))
+        return Send(task_id, found, lease.worker, 0)
 
     def result_fast(self, task_id: bytes) -> Send | bool:
         """`handle(Result(task_id))` (not retryable) for a task in flight on a lease that is

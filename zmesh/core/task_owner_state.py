@@ -58,6 +58,7 @@ class LeaseEntry:
 # a fast path's compact log entry starts with one of these (`task_owner_checks.expand`)
 FAST_SUBMIT = "submit"
 FAST_RESULT = "result"
+FAST_CHAIN = "chain"
 
 
 class TaskOwnerState:

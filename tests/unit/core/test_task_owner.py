@@ -367,7 +367,8 @@ def snapshot(core: TaskOwner) -> tuple[object, ...]:
 
 class FastPathMachine(OwnerMachine):
     """The same random runs, each event also fed to a twin core that takes its fast path
-    for a submission with its arguments there and a result that is not retryable: the
+    for a submission (with its arguments there, or chained after the tasks that make them)
+    and a result that is not retryable: the
     twin must return the same actions and reach the same state, and tell the same story."""
 
     def __init__(self) -> None:
@@ -383,6 +384,10 @@ class FastPathMachine(OwnerMachine):
             got = twin.submit_fast(event.task_id, event.key, event.max_retries,
                                    event.holds_resources, event.max_calls)
             mine = [] if got is True else [got]
+        elif isinstance(event, Submit):
+            got = twin.submit_chained(event.task_id, event.key, event.max_retries,
+                                      event.holds_resources, event.max_calls, event.producers)
+            mine = [got]
         elif isinstance(event, Result) and not event.retryable:
             got = twin.result_fast(event.task_id)
             mine = [Complete(event.task_id)] + ([] if got is True else [got])

@@ -200,6 +200,12 @@ task of that function (`_fn_known`).
             if sent is not False:
                 self._send(sent)
                 return
+        else:  # a chain: it follows the tasks that make its arguments onto their worker
+            sent = self.core.submit_chained(task.task_id, task.key, task.max_retries,
+                                            bool(task.resources), task.max_calls, producers)
+            if isinstance(sent, Send):
+                self._send(sent)
+                return
         self._do(self.core.handle(Submit(
             task.task_id, task.key, task.max_retries, bool(task.resources), task.max_calls,
             bool(producers), producers)))
