@@ -43,7 +43,6 @@ from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner.resend import SWEEP_S, Resends
 from zmesh.runtime.owner.task_record import (
-    PENDING,
     Task,
     failure,
     pinned_to_a_node,
@@ -415,20 +414,9 @@ task of that function (`_fn_known`).
         # the code goes with every task until the worker answered one of them: the message
         # that first carried it may be lost, or overtaken on another connection
         blob = b"" if (action.worker, task.fn_id) in self._fn_known else task.fn_blob
-        refs: list[m.Value] = []
-        ref_ids: list[bytes] = []
-        if task.ref_values:
-            refs = [PENDING if v is None else v for v in task.ref_values]
-            if any(v is None for v in task.ref_values):
-                ref_ids = [r.id for r in task.top_refs]
-        gpu_env = self._gpu_env.get(action.lease_id)
-        return m.ExecuteTask(
-            task_id=task.task_id, owner=self.client.address, fn_id=task.fn_id, name=task.name,
-            args=m.Args(data=task.data, refs=refs), num_returns=task.num_returns,
-            fn_blob=blob, env_vars={**task.env_vars, **gpu_env} if gpu_env
-            else task.env_vars, attempt=task.attempt, ref_ids=ref_ids,
-            namespace=self.client.namespace, resources=task.resources,
-            backpressure=task.backpressure, strategy=task.strategy)
+        client = self.client
+        return task.message(blob, self._gpu_env.get(action.lease_id), client.address,
+                            client.namespace)
 
     def _finish(self, task: Task, returns: list[m.Value], *, failed: bool) -> None:
         self.tasks.pop(task.task_id, None)

@@ -49,6 +49,24 @@ class Task:
     max_calls: int = 0  # a worker exits after this many calls (0: no limit)
     parent: bytes = b""  # the task that submitted it (cancel(recursive=True) follows this)
 
+    def message(self, blob: bytes, gpu_env: dict[str, str] | None, owner: str,
+                namespace: str) -> m.ExecuteTask:
+        """The message that runs this attempt of it on a worker (`blob`: its code, or b""
+        when the worker has it; `gpu_env`: the lease's CUDA_VISIBLE_DEVICES)."""
+        refs: list[m.Value] = []
+        ref_ids: list[bytes] = []
+        if self.ref_values:
+            refs = [PENDING if v is None else v for v in self.ref_values]
+            if any(v is None for v in self.ref_values):
+                ref_ids = [r.id for r in self.top_refs]
+        return m.ExecuteTask(
+            task_id=self.task_id, owner=owner, fn_id=self.fn_id, name=self.name,
+            args=m.Args(data=self.data, refs=refs), num_returns=self.num_returns,
+            fn_blob=blob, env_vars={**self.env_vars, **gpu_env} if gpu_env
+            else self.env_vars, attempt=self.attempt, ref_ids=ref_ids,
+            namespace=namespace, resources=self.resources,
+            backpressure=self.backpressure, strategy=self.strategy)
+
     def return_ids(self) -> list[bytes]:
         if self.num_returns <= 1:  # the common case (every task's result passes here)
             return [self.task_id + _FIRST_RETURN]
