@@ -41,6 +41,12 @@ def refresh() -> None:
     _decoder = msgspec.msgpack.Decoder(cast(Any, Union)[classes])
 
 
+def warm() -> None:
+    """Build the decoder now (msgspec reads every message's annotations: tens of ms), e.g.
+    in a fork server, so that the processes it forks do not each build their own."""
+    _get_decoder()
+
+
 def _get_decoder() -> msgspec.msgpack.Decoder[Message]:
     global _decoder
     if _decoder is None:

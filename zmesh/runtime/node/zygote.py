@@ -10,6 +10,7 @@ node closes the socket.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import select
 import signal
@@ -62,6 +63,14 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
         os._exit(1)
     # pre-import what every worker needs, so a fork starts warm
     import zmesh.runtime.worker.main  # noqa: F401
+    from zmesh.protocol import codec
+
+    codec.warm()  # the message decoder too: each worker would build its own on first recv
+    # What is imported now stays shared with every fork: kept out of the collector's view, a
+    # worker's collections neither walk it nor write to its pages (copy-on-write), so each
+    # worker starts faster and holds fewer private pages.
+    gc.collect()
+    gc.freeze()
 
     try:
         import numpy  # noqa: F401
