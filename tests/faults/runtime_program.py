@@ -38,11 +38,19 @@ CLEAN_BOUND_S = 60.0  # virtual seconds for everything to be released once no re
 # KNOWN_LIVENESS_BUGS empty. A seed listed here has its liveness failures counted and printed
 # as "liveness failures after kills/pauses/partitions", not violations; --lenient-liveness
 # treats every such failure that way.
-# Liveness is never required once messages were dropped or reordered (see Checker): really
-# dropped or reordered, not merely under a `link` rule that could have (a rule set to drop
-# 5% that dropped nothing excused 3 hangs, seed 105553 among them).
+# After lost or reordered messages, every get must still resolve within GET_BOUND_S
+# (`lossy_liveness`). Until then it was excused once a `link` rule with drop or reorder was
+# set, even if it dropped nothing: that excused 3 hangs with nothing lost (seed 105553 among
+# them); with real losses no get of the 200 schedules timed out, but 2 left something held (a
+# lost "done" of a forwarded lease, a lost layout of a rescheduled group), both fixed and kept
+# in test_liveness_regressions.py with `lossy_release` on. The release check stays off after
+# real losses (`lossy_release`) because a lost LeaseGranted is never sent again: the owner
+# never uses or returns that lease and its worker stays held (a schedule shrunk from seed 197
+# shows it; none of the 200 does).
 KNOWN_LIVENESS_BUGS: dict[int, str] = {}
 strict_liveness = True
+lossy_liveness = True  # False: a get that times out after a real drop/reorder is excused
+lossy_release = False  # True: the release check at the end runs after real drops/reorders too
 NODES = ("n0", "n1", "n2")
 
 totals: Counter[str] = Counter()  # printed at the end of the run by tests/conftest.py
@@ -131,9 +139,10 @@ class Checker:
     - once every ref, handle and group is dropped, nothing stays owned by the driver, stored
       on a live node, leased, or held, within CLEAN_BOUND_S.
 
-    Liveness is not required once a message was dropped or reordered (`mesh.net.stats`
-    counts them): the runtime assumes reliable FIFO links between live processes (ZeroMQ
-    over tcp or ipc); the safety checks still hold then.
+    Gets must resolve after dropped and reordered messages too (`lossy_liveness`): what a
+    lost message would leave undone is asked or sent again (ZeroMQ over tcp loses what was
+    queued on a connection that broke); the release check is skipped after real losses
+    unless `lossy_release` (a lost LeaseGranted is not sent again).
     """
 
     def __init__(self, mesh: SimMesh, seed: int = -1) -> None:
@@ -281,13 +290,14 @@ class Checker:
         self.stats["gets"] += 1
         faulted = self.faulted
         try:
-            bound = SHORT_GET_BOUND_S if self.lossy or self.hung else GET_BOUND_S
+            excused = self.lossy and not lossy_liveness
+            bound = SHORT_GET_BOUND_S if excused or self.hung else GET_BOUND_S
             value = zmesh.get(p.ref, timeout=bound)
             if p.deref:
                 value = zmesh.get(value[0], timeout=bound)
         except GetTimeoutError as exc:
             self.stats["timeouts"] += 1
-            if not self.lossy:
+            if not excused:
                 self.hung = True
                 self.liveness(f"{p.kind} get did not finish in {bound:.0f}s: {exc}")
             return
@@ -344,8 +354,8 @@ class Checker:
         while self.groups:  # (a loop variable would keep the last group's ready ref alive)
             remove_placement_group(self.groups.pop())
         gc.collect()
-        if self.lossy:
-            return  # a lost message may have lost a release too
+        if self.lossy and not lossy_release:
+            return  # a lost LeaseGranted leaves its lease held (see lossy_release)
         for _ in range(int(CLEAN_BOUND_S / 0.5)):  # polled: leftovers() is not cheap
             if not leftovers(mesh):
                 return

@@ -83,6 +83,17 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "n1 took the slowed n0, its group's coordinator, for dead and released the group's "
      "bundle; n0 (alive) placed the bundle on n1 again, and n1 skipped the group's final "
      "release as done already: its CPU was held forever"),
+    (4530, [("task", 92), ("link", 0.05, 0.1, 0.0, 0.0, 1.0), ("tree", 2, 3), ("tree", 1, 3),
+            ("chain", 36, 4), ("advance", 3.0)],
+     "lossy: the holder's 'done' for a granted forwarded lease was dropped and the origin "
+     "kept its record 'remote' forever; it now asks again after a period with no word"),
+    (197, [("pg", 83), ("kill_worker",), ("link", 0.05, 0.0, 0.3, 0.0, 1.0), ("inner", 100),
+           ("chain", 38, 3), ("unpg", 6), ("actor", 0, 0), ("partition", "n2", 0.2),
+           ("inner", 50), ("pg", 81), ("call", 6), ("forget", 20), ("get", 93), ("inner", 36),
+           ("kill_owner", 5), ("task", 60), ("inner", 79), ("task", 74), ("inner", 100)],
+     "lossy: n0, the group's coordinator, took n2 (probes lost) for dead and placed n2's "
+     "committed bundle on n1; n2 kept the bundle's CPU forever. A node now gives back "
+     "bundles that the group's layout places elsewhere"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),
@@ -95,6 +106,8 @@ def test_shrunk_schedules_keep_liveness(seed: int, steps: list[tuple[Any, ...]],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime_program, "strict_liveness", True)
     monkeypatch.setattr(runtime_program, "KNOWN_LIVENESS_BUGS", {})  # no excuses here
+    monkeypatch.setattr(runtime_program, "lossy_liveness", True)
+    monkeypatch.setattr(runtime_program, "lossy_release", True)  # these release all after loss
     violations, mesh = runtime_program.run_schedule(seed, steps)
     assert not violations, f"{what}:\n" + "\n".join(violations) + "\n" + mesh.story(60)
 

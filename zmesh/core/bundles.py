@@ -55,13 +55,14 @@ class BundleTable:
     def reserve(self, pg_id: str, shapes: Mapping[int, ResourceSet]) -> str | None:
         """Reserve every bundle in `shapes` (index -> amounts), or none: None when done,
         else the reason it does not fit now. Replaces an uncommitted earlier reservation;
-        committed bundles stay (a group rescheduled after a node died adds bundles here)."""
+        committed bundles stay (a group rescheduled after a node died adds bundles here).
+        A committed bundle asked for again is held already: its coordinator took this node
+        for dead and placed the bundle here again (it raised ValueError, and the attempt
+        was never answered)."""
         if pg_id in self._groups:
-            taken = sorted(i for i, b in self._groups[pg_id].items() if b.committed and i in shapes)
-            if taken:
-                raise ValueError(f"placement group {pg_id!r} already has committed bundles "
-                                 f"{taken} here")
             self.abort(pg_id)
+            held = self._groups.get(pg_id, {})
+            shapes = {i: shape for i, shape in shapes.items() if i not in held}
         whole = ResourceSet()
         for shape in shapes.values():
             whole = whole + shape
@@ -106,6 +107,14 @@ class BundleTable:
         group = self._groups.pop(pg_id, {})
         self._give_back(group.values())
         return list(group.values())
+
+    def release_indexes(self, pg_id: str, indexes: Iterable[int]) -> None:
+        """Give back some of a group's bundles (its layout placed them elsewhere)."""
+        group = self._groups.get(pg_id, {})
+        gone = [group.pop(i) for i in indexes if i in group]
+        if pg_id in self._groups and not group:
+            del self._groups[pg_id]
+        self._give_back(gone)
 
     def abort(self, pg_id: str) -> None:
         """Drop the uncommitted bundles of a group (a multi-node attempt failed elsewhere);

@@ -118,9 +118,8 @@ class NodeLeases:
         match event:
             case LeaseRequested():
                 if event.owner in self.dead_owners:
-                    # Sent just before its owner died and read after: granted, it would hold
-                    # a worker and a CPU for no one, forever. Refused, not dropped: an owner
-                    # only taken for dead (a silent driver) hears why.
+                    # Sent just before its owner died, read after: granted, it would hold a
+                    # worker for no one. Refused: an owner only taken for dead hears why.
                     return [RefuseLease(event.lease_id, event.owner, event.request_id,
                                         ZmeshSystemError(f"this node took {event.owner} for "
                                                          "dead and freed what it held"),
@@ -174,6 +173,7 @@ class NodeLeases:
                     return []
                 if event.granted:
                     lease.remote, lease.remote_granted = event.sender, True
+                    lease.quiet = False  # its holder still has it
                 elif event.unknown and not lease.remote_granted:
                     # Asked again, the holder has no record of it: it dropped the request
                     # unanswered (it took us for dead under a long pause, or passed it on to
@@ -382,9 +382,9 @@ class NodeLeases:
 
     def _sweep(self) -> list[Action]:
         """Leases that cross nodes, looked over every period while any exists: one we
-        forwarded with no word of a grant for a whole period is sent again; one we hold for
-        another node is announced to it again (if that node no longer has it, its owner's
-        return was lost: it sends the return again)."""
+        forwarded with no word for a whole period is sent again (a lost request, grant or
+        "done": its holder answers where it stands); one we hold for another node is
+        announced to it again (if that node no longer has it, it sends the return again)."""
         out: list[Action] = []
         waiting = False
         for lease in self.leases.values():
@@ -392,7 +392,7 @@ class NodeLeases:
                 waiting = True
                 out.append(TellOrigin(lease.lease_id, lease.origin, lease.worker))
                 continue
-            if not lease.remote or lease.remote_granted or lease.forwarded is None:
+            if not lease.remote or lease.forwarded is None:
                 continue
             waiting = True
             if lease.quiet:

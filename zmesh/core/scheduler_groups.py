@@ -147,6 +147,26 @@ class GroupScheduling:
         refused = self._bundles.reserve(pg_id, shapes)
         return [BundlesPrepared(pg_id, self.node_id, attempt, refused is None, refused or "")]
 
+    def drop_stale_bundles(
+        self, pg_id: PlacementGroupId, nodes: Sequence[NodeId]
+    ) -> tuple[tuple[WorkId, ...], list[Decision]]:
+        """Committed bundles held here that the group's layout (bundle i on nodes[i]) places
+        on other nodes: its coordinator took this node for dead and placed them again, so
+        nobody would ever release them here. They are given back; returns the work running
+        in them (for the shell to evict) and what the freed resources start."""
+        stale = {b.index for b in self._bundles.bundles(pg_id)
+                 if b.committed and (b.index >= len(nodes) or nodes[b.index] != self.node_id)}
+        if not stale:
+            return (), []
+        affected = tuple(wid for wid, run in self._running.items()
+                         if run.bundle is not None and run.bundle[0] == pg_id
+                         and run.bundle[1] in stale)
+        for wid in affected:
+            del self._running[wid]
+            self._evicted.add(wid)
+        self._bundles.release_indexes(pg_id, stale)
+        return affected, self._after_release()
+
     def holds_bundles(self, pg_id: PlacementGroupId) -> bool:
         """Whether this node holds bundles of the group (reserved or committed)."""
         return self._bundles.has(pg_id)

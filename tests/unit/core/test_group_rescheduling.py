@@ -83,6 +83,31 @@ def test_a_bundle_table_adds_bundles_next_to_committed_ones_and_aborts_only_new_
     assert free["CPU"] == 3 * 10_000
 
 
+def test_a_node_taken_for_dead_holds_a_bundle_placed_on_it_again_and_gives_back_stale_ones(
+) -> None:
+    # Seeds 105553 and 197: the coordinator took node b for dead and placed b's committed
+    # bundle again. Placed on b again, b raised ValueError and never answered; placed on c,
+    # b kept the bundle's CPU forever (nobody releases it there). b now says it holds the
+    # bundle already, and gives back bundles that the group's layout places elsewhere,
+    # evicting the work running in them.
+    b = LocalScheduler("b", {"CPU": 2})
+    shapes = {0: CPU1, 1: CPU1}
+    assert b.prepare_bundles("pg", 1, shapes)[0].ok
+    b.commit_bundles("pg", ("b", "b"), (CPU1, CPU1))
+    [ran] = b.submit(in_bundle(1, 1))
+    assert isinstance(ran, Dispatch) and ran.bundle == ("pg", 1)
+    assert b.prepare_bundles("pg", 2, {0: CPU1})[0].ok  # held already: no second CPU
+    assert b.available().get("CPU", 0.0) == 0.0
+    affected, _ = b.drop_stale_bundles("pg", ("b", "b"))  # the layout keeps both here
+    assert affected == () and b.available().get("CPU", 0.0) == 0.0
+    affected, _ = b.drop_stale_bundles("pg", ("b", "c"))  # bundle 1 went to c
+    assert affected == (wid(1),) and b.available() == {"CPU": 1.0}
+    assert [bd.index for bd in b._bundles.bundles("pg")] == [0]
+    assert b.finish(wid(1)) == []  # the evicted work ends later: nothing freed twice
+    assert b.available() == {"CPU": 1.0}
+    b.validate()
+
+
 # ------------------------------------------------------------ through the schedulers
 
 

@@ -245,8 +245,34 @@ def test_a_forward_with_no_word_of_a_grant_is_sent_again_each_sweep_until_one_co
                                                 lease_records.SWEEP_KEY) in first
     assert forward in h.core.handle(sweep)  # a whole period of silence: sent again
     h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))
-    assert h.core.handle(sweep) == []  # granted: the sweep stops
+    again = ev.SetTimer(lease_records.FORWARD_SWEEP_S, lease_records.SWEEP_KEY)
+    assert h.core.handle(sweep) == [again]  # granted: word came this period, nothing sent
+    h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False))  # done there
+    assert h.core.handle(sweep) == []  # no record left: the sweep stops
     assert not h.core.sweeping
+
+
+def test_a_granted_forward_whose_done_was_lost_is_asked_about_until_it_is_forgotten():
+    # Lossy seed 4530: the holder's "done" for a granted forward was dropped; the origin kept
+    # its record 'remote' forever (it asked again only about forwards not yet granted). A
+    # holder announces a lease each period while it has it: after a silent period the origin
+    # sends the forward again, and the holder, which no longer has it, says so.
+    h = Harness()
+    forward = _forwarded(h)
+    h.core.handle(ev.ForwardSent(b"L1", "tcp://n2"))
+    h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))
+    sweep = ev.Timer(lease_records.SWEEP_KEY)
+    assert forward not in h.core.handle(sweep)  # word came this period
+    h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))  # announced again
+    assert forward not in h.core.handle(sweep)
+    h.core.handle(sweep)  # a period with no word (the "done" was lost)
+    assert forward in h.core.handle(sweep)  # asked again
+    holder = Harness()  # the holder has no record of L1 any more: it answers "unknown"
+    assert holder.core.handle(ev.ForwardRepeated(b"L1", "tcp://n0")) == [
+        ev.TellOrigin(b"L1", "tcp://n0", None, unknown=True)]
+    assert h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
+                                             unknown=True)) == []
+    assert h.core.leases == {} and h.core.handle(sweep) == [] and not h.core.sweeping
 
 
 def test_a_holder_asked_again_says_again_where_the_lease_stands():

@@ -402,6 +402,10 @@ class ActorManager:
             for wid in d.affected_work_ids:
                 self._evict(wid)
 
+    def evict(self, work_id: bytes) -> None:
+        """Kill the work (an actor or a lease) running in a bundle that was given back."""
+        self._evict(work_id)
+
     def _evict(self, work_id: bytes) -> None:
         entry = self.actors.get(work_id)
         if entry is not None:

@@ -33,6 +33,12 @@ logger = logging.getLogger("zmesh.node")
 RETRY_PERIOD_S = 0.5
 """How often a coordinator retries groups left pending by a refused or aborted attempt."""
 
+LAYOUT_CHECK_S = 5.0
+"""How often a node holding committed bundles of a group coordinated elsewhere asks the
+coordinator for the group's layout: the word that the group was removed, or placed again
+elsewhere (its coordinator took this node for dead), may have been lost, and the bundles
+would be held forever."""
+
 GROUP_DECISIONS = (PGPrepare, PGCommit, PGAbort, PGRelease, LookupPlacementGroup)
 
 
@@ -45,6 +51,7 @@ class GroupRelay:
         self.lookers: dict[str, set[str]] = {}  # pg_id -> nodes waiting for its layout
         self.removed: set[str] = set()
         self._retry_armed = False
+        self._check_armed = False
         loop = node.loop
         loop.on(p.PrepareBundles, self._on_prepare)
         loop.on(p.BundlesReserved, self._on_reserved)
@@ -131,6 +138,21 @@ class GroupRelay:
         node = self.node
         self.coordinator[msg.pg_id] = sender
         node.apply(node.scheduler.commit_bundles(msg.pg_id, msg.nodes, msg.bundles))
+        if not self._check_armed:
+            self._check_armed = True
+            node.loop.call_later(LAYOUT_CHECK_S, self._check_layouts)
+
+    def _check_layouts(self) -> None:
+        """Ask each coordinator about the groups whose bundles this node holds for it."""
+        node = self.node
+        held = [(pg_id, coordinator) for pg_id, coordinator in self.coordinator.items()
+                if node.scheduler.holds_bundles(pg_id)]
+        self._check_armed = bool(held) and not node.stopping
+        if not self._check_armed:
+            return
+        for pg_id, coordinator in held:
+            node.loop.send(coordinator, p.LookupGroup(pg_id=pg_id))
+        node.loop.call_later(LAYOUT_CHECK_S, self._check_layouts)
 
     def _on_abort(self, sender: str, msg: p.AbortBundles, bufs: list[Any]) -> None:
         node = self.node
@@ -166,6 +188,10 @@ class GroupRelay:
         if msg.state == "removed":
             self.release(msg.pg_id)
         elif msg.state == "ready" and msg.pg_id not in self._coordinated():
+            affected, decisions = node.scheduler.drop_stale_bundles(msg.pg_id, msg.nodes)
+            for work_id in affected:
+                node.actors.evict(work_id)
+            node.apply(decisions)
             node.apply(node.scheduler.note_placement_group(msg.pg_id, msg.nodes, msg.bundles))
 
     # -- failures --------------------------------------------------------------------------
