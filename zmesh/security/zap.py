@@ -1,9 +1,11 @@
 """The ZAP handler: names each CURVE client of a mesh's ROUTERs by its public key.
 
-One `ZapGate` serves one zmq Context (ZAP is per context) and answers libzmq's ZAP requests
-on a thread of its own, with the answers pyzmq's `ThreadAuthenticator` gives (NULL admitted,
-PLAIN and unknown mechanisms refused, CURVE by the domain's provider) but without its
-asyncio event loop: that pulled asyncio, ssl and subprocess into every node (~3 MB each). A client reaches ZAP only after it has
+One `ZapGate` serves one zmq Context (ZAP is per context). The answers are pyzmq's: its
+`zmq.auth.base.Authenticator` (the policy behind `ThreadAuthenticator`: NULL admitted,
+PLAIN refused, CURVE by the domain's credentials provider) handles each request. Only the
+thread that feeds it is ours: `ThreadAuthenticator` runs an asyncio event loop for it, which
+pulled asyncio, ssl and subprocess into every node (~1.5 MB of PSS each), while the base
+class imports none of them. A client reaches ZAP only after it has
 completed a CURVE handshake against the mesh's server key, which only token holders can
 derive; a client without it never gets a connection and no frame of it reaches Python code.
 ZAP then sets the connection's User-Id to the client's own public key (Z85). Whether that key
@@ -17,23 +19,22 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections.abc import Coroutine
+from typing import Any
 
 import zmq
-from zmq.utils import z85
+from zmq.auth.base import Authenticator
 
 from zmesh.security.keys import ClusterCredentials
 
 __all__ = ["ZapGate"]
 
-ZAP_ENDPOINT = "inproc://zeromq.zap.01"
-"""Where libzmq sends a Context's ZAP requests (RFC 27)."""
-_VERSION = b"1.0"
 _logger = logging.getLogger("zmesh.zap")
 _gates = itertools.count()
 
 
 class _Admit:
-    """What a domain's CURVE handshakes are checked with (counted, for tests and stats)."""
+    """The credentials provider pyzmq's authenticator calls for every CURVE handshake."""
 
     def __init__(self) -> None:
         self.admitted = 0
@@ -53,16 +54,20 @@ class ZapGate:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopper: zmq.Socket[bytes] | None = None
+        self._auth: Authenticator | None = None
         self._domains: dict[str, _Admit] = {}
 
     def admit(self, credentials: ClusterCredentials) -> str:
         """Start answering for `credentials`' mesh; returns the ZAP domain to set on a ROUTER."""
         domain = credentials.zap_domain
         with self._lock:
-            if domain not in self._domains:
-                self._domains[domain] = _Admit()
             if self._thread is None:
                 self._start()
+            assert self._auth is not None
+            if domain not in self._domains:
+                provider = _Admit()
+                self._domains[domain] = provider
+                self._auth.configure_curve_callback(domain, provider)
         return domain
 
     def handshakes(self, credentials: ClusterCredentials) -> int:
@@ -75,6 +80,7 @@ class ZapGate:
         with self._lock:
             thread, self._thread = self._thread, None
             stopper, self._stopper = self._stopper, None
+            self._auth = None  # (its thread closes its socket)
             self._domains.clear()
         if stopper is not None:
             try:
@@ -88,9 +94,8 @@ class ZapGate:
 
     def _start(self) -> None:
         context = self._context
-        zap = context.socket(zmq.REP)
-        zap.linger = 0
-        zap.bind(ZAP_ENDPOINT)
+        auth = Authenticator(context, log=_logger)
+        auth.start()  # binds the Context's ZAP endpoint (inproc://zeromq.zap.01)
         stop_address = f"inproc://zmesh-zap-stop-{next(_gates)}"
         stop = context.socket(zmq.PAIR)
         stop.linger = 0
@@ -99,12 +104,14 @@ class ZapGate:
         stopper.linger = 0
         stopper.connect(stop_address)
         # (the sockets move to the thread: starting it is the memory barrier zmq asks for)
-        thread = threading.Thread(target=self._serve, args=(zap, stop), name="zmesh-zap",
+        thread = threading.Thread(target=self._serve, args=(auth, stop), name="zmesh-zap",
                                   daemon=True)
-        self._thread, self._stopper = thread, stopper
+        self._thread, self._stopper, self._auth = thread, stopper, auth
         thread.start()
 
-    def _serve(self, zap: zmq.Socket[bytes], stop: zmq.Socket[bytes]) -> None:
+    @staticmethod
+    def _serve(auth: Authenticator, stop: zmq.Socket[bytes]) -> None:
+        zap = auth.zap_socket
         poller = zmq.Poller()
         poller.register(zap, zmq.POLLIN)
         poller.register(stop, zmq.POLLIN)
@@ -114,39 +121,21 @@ class ZapGate:
                 if stop in ready:
                     return
                 if zap in ready:
-                    request = zap.recv_multipart()
-                    zap.send_multipart(self._answer(request))
+                    _run_at_once(auth.handle_zap_message(zap.recv_multipart()))
         except zmq.ZMQError as exc:  # the context is going away
             if exc.errno != zmq.ETERM:
                 _logger.warning("ZAP handler stopped: %s", exc)
         finally:
-            zap.close(linger=0)
+            auth.stop()
             stop.close(linger=0)
 
-    def _answer(self, request: list[bytes]) -> list[bytes]:
-        """The reply to one ZAP request: [version, request id, status, text, user id, meta]."""
-        request_id = request[1] if len(request) > 1 else b""
-        if len(request) < 6:
-            return _reply(request_id, b"400", b"Not enough frames")
-        version, _, domain_raw, _address, _identity, mechanism = request[:6]
-        credentials = request[6:]
-        if version != _VERSION:
-            return _reply(request_id, b"400", b"Invalid version")
-        if mechanism == b"NULL":  # a plain (ipc) bind of a ROUTER that also has a ZAP domain
-            return _reply(request_id, b"200", b"OK", b"anonymous")
-        if mechanism != b"CURVE":
-            return _reply(request_id, b"400", b"NO ACCESS")
-        if len(credentials) != 1 or len(credentials[0]) != 32:
-            return _reply(request_id, b"400", b"Invalid credentials")
-        domain = domain_raw.decode("utf-8", "replace") or "*"
-        provider = self._domains.get(domain)
-        if provider is None:
-            return _reply(request_id, b"400", b"Unknown domain")
-        key = z85.encode(credentials[0])
-        if not provider.callback(domain, key):
-            return _reply(request_id, b"400", b"Unknown key")
-        return _reply(request_id, b"200", b"OK", key)
 
-
-def _reply(request_id: bytes, status: bytes, text: bytes, user_id: bytes = b"") -> list[bytes]:
-    return [_VERSION, request_id, status, text, user_id if status == b"200" else b"", b""]
+def _run_at_once(step: Coroutine[Any, Any, None]) -> None:
+    """Run pyzmq's handler coroutine to its end: it awaits only a provider's awaitable
+    answer, and ours answers at once, so one step finishes it (no event loop needed)."""
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    step.close()
+    raise RuntimeError("the ZAP handler waited: a credentials provider must answer at once")
