@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,12 @@ from zmesh.serializers.unpicklable import describe_unpicklable
 
 #: type -> (to_serializable, from_serializable), as given to `register_serializer`.
 CustomReducers = Mapping[type, tuple[Callable[[Any], object], Callable[[Any], Any]]]
+
+
+# Classes cloudpickle pickles by reference (importable by module and name): it looks each up
+# in its module whenever an instance is pickled (a task's argument placeholder, a user's
+# dataclass), so the answer is kept. Weak: a class that goes away is forgotten.
+_BY_REFERENCE: weakref.WeakSet[type] = weakref.WeakSet()
 
 
 def _load_tensor(header: bytes, buffer: Any) -> Any:
@@ -44,6 +51,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
 
     def reducer_override(self, obj: Any) -> Any:
         tp = type(obj)
+        if tp is type and obj in _BY_REFERENCE:
+            return NotImplemented  # an importable class: pickled by reference, as before
         custom = self._custom.get(tp) if self._custom else None
         if custom is not None:
             to_serializable, from_serializable = custom
@@ -60,7 +69,10 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             # A cause/context chain that loops back gets the default reduce on the way round.
             self._exceptions_in_progress.add(id(obj))
             return reduce_exception(obj)
-        return super().reducer_override(obj)
+        out = super().reducer_override(obj)
+        if out is NotImplemented and tp is type:
+            _BY_REFERENCE.add(obj)
+        return out
 
 
 def dumps(
