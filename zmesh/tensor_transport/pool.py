@@ -7,8 +7,8 @@ touched before. So the consumer receives large host tensors into blocks it keeps
 tensor handed out is a view of a block, and a finalizer on that view gives the block back
 only when no tensor (nor any view or storage of it) refers to the memory any more, so a
 tensor the user holds is never overwritten. Free blocks are kept up to `cap_bytes` (the
-environment's ZMESH_TENSOR_POOL_BYTES, default 1 GiB; 0 turns pooling off) and matched by
-size rounded up to a page; `empty_cache()` hands them back to the system, as torch's CUDA
+environment's ZMESH_TENSOR_POOL_BYTES, default 1 GiB; 0 turns pooling off; the least
+recently returned go first to make room) and matched by size rounded up to a page; `empty_cache()` hands them back to the system, as torch's CUDA
 caching allocator does.
 """
 
@@ -40,7 +40,7 @@ class RecvPool:
     def __init__(self, cap_bytes: int) -> None:
         self.cap_bytes = cap_bytes
         self._lock = threading.RLock()  # a finalizer may run inside our own allocation
-        self._free: dict[int, list[Any]] = {}
+        self._free: list[Any] = []  # free blocks, the least recently returned first
         self.free_bytes = 0
         self.reused = 0
 
@@ -66,20 +66,24 @@ class RecvPool:
 
     def _take(self, size: int) -> Any:
         with self._lock:
-            blocks = self._free.get(size)
-            if not blocks:
-                return None
-            block = blocks.pop()
-            self.free_bytes -= size
-            self.reused += 1
-            return block
+            for i in range(len(self._free) - 1, -1, -1):  # the most recently returned first
+                if self._free[i].nbytes == size:
+                    block = self._free.pop(i)
+                    self.free_bytes -= size
+                    self.reused += 1
+                    return block
+            return None
 
     def _give_back(self, block: Any) -> None:
         size = int(block.nbytes)
         with self._lock:
-            if self.free_bytes + size > self.cap_bytes:
+            if size > self.cap_bytes:
                 return  # over the cap: the block goes back to the system with its last ref
-            self._free.setdefault(size, []).append(block)
+            # make room by letting the least recently returned blocks go: a run of 1 GB
+            # transfers after a 256 MB one must not fault in fresh memory every time
+            while self.free_bytes + size > self.cap_bytes:
+                self.free_bytes -= int(self._free.pop(0).nbytes)
+            self._free.append(block)
             self.free_bytes += size
 
     def clear(self) -> int:

@@ -59,3 +59,21 @@ def test_the_cap_and_empty_cache_bound_what_is_kept():
     del t
     gc.collect()
     assert off.free_bytes == 0
+
+
+def test_a_block_that_fits_the_cap_makes_room_by_evicting_the_oldest():
+    # a run of large transfers after smaller ones: the large block is kept (and reused),
+    # the older small one goes, instead of the large one faulting in fresh memory each time
+    pool = RecvPool(cap_bytes=3 * POOL_MIN_BYTES)
+    small = pool.empty(BIG, torch.float32)
+    del small
+    gc.collect()
+    assert pool.free_bytes == POOL_MIN_BYTES
+    large = pool.empty([3 * BIG[0]], torch.float32)
+    ptr = large.data_ptr()
+    del large
+    gc.collect()
+    assert pool.free_bytes == 3 * POOL_MIN_BYTES  # the small block made room
+    again = pool.empty([3 * BIG[0]], torch.float32)
+    assert again.data_ptr() == ptr and pool.reused == 1
+    assert pool.free_bytes == 0  # the small block was let go
