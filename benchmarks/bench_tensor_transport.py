@@ -87,8 +87,12 @@ class Member:
     def __init__(self, rank: int) -> None:
         self.rank = rank
 
-    def allreduce(self, nbytes: int, reps: int) -> tuple[list[float], float]:
-        """Times of one allreduce here, and this process's CPU seconds per allreduce."""
+    def allreduce(self, nbytes: int, reps: int) -> tuple[list[float], float, list[float]]:
+        """Times of one allreduce here, this process's CPU seconds per allreduce, then times
+        of torch's own allreduce on the same group in the same processes, call by call
+        alternating with zmesh.collective's (what the API itself adds, placement aside)."""
+        from zmesh.collective.api import _group
+
         t = torch.ones(nbytes // 4)
         col.allreduce(t, "bench")  # warm up (and join the declared group)
         times = []
@@ -97,7 +101,16 @@ class Member:
             start = time.perf_counter()
             col.allreduce(t, "bench")
             times.append(time.perf_counter() - start)
-        return times, (time.process_time() - cpu0) / reps
+        cpu = (time.process_time() - cpu0) / reps
+        pg, paired, raw = _group("bench").pg, [], []
+        for _ in range(reps):
+            start = time.perf_counter()
+            col.allreduce(t, "bench")
+            paired.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            pg.allreduce([t]).wait()
+            raw.append(time.perf_counter() - start)
+        return times, cpu, [statistics.median(paired), statistics.median(raw)]
 
 
 def _raw_peer(rank: int, port: int, reps: int, todo: mp.Queue, out: mp.Queue) -> None:
@@ -213,7 +226,7 @@ def one_round(sizes: list[int], reps: int, raw: Raw, producer, consumer,
     base: dict[str, dict[int, float]] = {"p2p": {}, "p2p_best": {}, "rr": {}, "allreduce": {},
                                          "rr_cpu": {}, "ar_cpu": {}}
     out: dict[str, dict[int, float]] = {"store": {}, "tt": {}, "tt_best": {}, "ar": {},
-                                        "tt_cpu": {}, "ar_cpu": {}}
+                                        "tt_cpu": {}, "ar_cpu": {}, "ar_api": {}, "ar_pg": {}}
     for nbytes in sizes:
         for k, v in raw.measure(nbytes).items():
             base[k][nbytes] = v
@@ -228,6 +241,8 @@ def one_round(sizes: list[int], reps: int, raw: Raw, producer, consumer,
         ar = zmesh.get([m.allreduce.remote(nbytes, reps) for m in members])
         out["ar"][nbytes] = statistics.median(ar[0][0] + ar[1][0])
         out["ar_cpu"][nbytes] = ar[0][1] + ar[1][1]
+        out["ar_api"][nbytes] = ar[0][2][0] + ar[1][2][0]
+        out["ar_pg"][nbytes] = ar[0][2][1] + ar[1][2][1]
     return base, out
 
 
@@ -290,6 +305,14 @@ def main() -> None:
         print(f"{fmt_size(nbytes):>7} | transport {tc:8.3f} | raw req/reply {rc:8.3f} | "
               f"{tc / rc:5.2f}x | allreduce {ac:8.3f} | raw allreduce {bc:8.3f} | "
               f"{ac / bc:5.2f}x")
+    print("allreduce in the same two members on the same group, alternating call by call: "
+          "zmesh.collective.allreduce vs torch's pg.allreduce().wait() (what the API adds), "
+          "ms, median over rounds:")
+    for nbytes in sizes:
+        api = statistics.median(z["ar_api"][nbytes] for _, z in rounds) / 2 * 1e3
+        tpg = statistics.median(z["ar_pg"][nbytes] for _, z in rounds) / 2 * 1e3
+        print(f"{fmt_size(nbytes):>7} | zmesh.collective {api:9.3f} | torch pg {tpg:9.3f} | "
+              f"{api / tpg:5.2f}x")
     print("best single transfer over every round (the least disturbed by the load), ms:")
     for nbytes in sizes:
         tt_best = min(z["tt_best"][nbytes] for _, z in rounds)
