@@ -94,6 +94,12 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "lossy: n0, the group's coordinator, took n2 (probes lost) for dead and placed n2's "
      "committed bundle on n1; n2 kept the bundle's CPU forever. A node now gives back "
      "bundles that the group's layout places elsewhere"),
+    (197, [("link", 0.05, 0.0, 0.3, 0.0, 1.0), ("partition", "n2", 0.2), ("inner", 50),
+           ("pg", 81), ("advance", 0.01), ("kill_owner", 5), ("kill_worker",), ("task", 60),
+           ("inner", 79), ("pg", 84), ("inner", 100), ("advance", 3.0)],
+     "lossy: the LeaseGranted of a lease forwarded to n1 was dropped; the driver never used "
+     "or returned it and n1's worker was held forever. The holder now grants it again each "
+     "period (the owner ignores a copy of a grant it took)"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),
@@ -107,7 +113,7 @@ def test_shrunk_schedules_keep_liveness(seed: int, steps: list[tuple[Any, ...]],
     monkeypatch.setattr(runtime_program, "strict_liveness", True)
     monkeypatch.setattr(runtime_program, "KNOWN_LIVENESS_BUGS", {})  # no excuses here
     monkeypatch.setattr(runtime_program, "lossy_liveness", True)
-    monkeypatch.setattr(runtime_program, "lossy_release", True)  # these release all after loss
+    monkeypatch.setattr(runtime_program, "lossy_release", True)
     violations, mesh = runtime_program.run_schedule(seed, steps)
     assert not violations, f"{what}:\n" + "\n".join(violations) + "\n" + mesh.story(60)
 

@@ -55,6 +55,7 @@ class Lease:
     forwarded: ForwardLease | None = None  # how we forwarded it (sent again if nothing came)
     quiet: bool = False  # a forward sweep found it not granted yet (the next one resends)
     worker: bytes | None = None
+    gpu_ids: tuple[int, ...] = ()  # granted with these (a grant sent again names them)
     lent: bool = False  # its worker is blocked in get/wait and lent its CPU out
     evicted: bool = False  # its placement group was removed: the scheduler freed it already
 

@@ -276,7 +276,7 @@ class NodeLeases:
     def _grant(self, lease: Lease, d: Dispatch, worker: bytes) -> list[Action]:
         rec = self.workers[worker]
         rec.role, rec.lease = WorkerRole.LEASED, lease.lease_id
-        lease.worker = worker
+        lease.worker, lease.gpu_ids = worker, d.gpu_ids
         grant: list[Action] = [Grant(lease.lease_id, lease.owner, lease.request_id, worker,
                                      d.gpu_ids, lease.origin)]
         return grant + self._arm_sweep() if lease.origin else grant
@@ -383,14 +383,18 @@ class NodeLeases:
     def _sweep(self) -> list[Action]:
         """Leases that cross nodes, looked over every period while any exists: one we
         forwarded with no word for a whole period is sent again (a lost request, grant or
-        "done": its holder answers where it stands); one we hold for another node is
-        announced to it again (if that node no longer has it, it sends the return again)."""
+        "done": its holder answers where it stands); one we hold for another node is granted
+        again, to its owner and origin (a lost grant; if the origin no longer has the lease,
+        it sends the return again)."""
         out: list[Action] = []
         waiting = False
         for lease in self.leases.values():
             if lease.origin and lease.worker is not None:
                 waiting = True
-                out.append(TellOrigin(lease.lease_id, lease.origin, lease.worker))
+                # to its origin, and to its owner on another host: the grant may have been
+                # lost (the owner ignores a copy of one it took, returns one it no longer wants)
+                out.append(Grant(lease.lease_id, lease.owner, lease.request_id, lease.worker,
+                                 lease.gpu_ids, lease.origin))
                 continue
             if not lease.remote or lease.forwarded is None:
                 continue

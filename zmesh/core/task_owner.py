@@ -199,8 +199,10 @@ class TaskOwner(TaskOwnerFastPaths):
         out.append(ReturnLease(lid, self._spent(lease), lease.granter))
 
     def _granted(self, e: LeaseGranted, out: list[Action]) -> None:
+        if e.lease_id in self.leases:
+            return  # a copy of a grant taken already (sent again, or duplicated on the way)
         key = self.requests.pop(e.request_id, None)
-        if key is None or e.lease_id in self.leases:
+        if key is None:  # no longer wanted
             out.append(ReturnLease(e.lease_id, False, e.sender))
             return
         q = self.queues[key]

@@ -147,6 +147,17 @@ def test_an_unknown_grant_goes_back_to_its_sender() -> None:
         ReturnLease(b"L", False, "other-node")]
 
 
+def test_a_copy_of_a_grant_already_taken_is_ignored_not_returned() -> None:
+    # A node sends a forwarded lease's grant again each period (the first may have been
+    # lost), and the network may duplicate it. A copy used to be taken for an unwanted grant
+    # and returned: the node freed a worker that was still running this owner's tasks.
+    core = TaskOwner()
+    granted(core, core.handle(Submit(b"t", KEY, 0)), b"L")
+    assert core.handle(LeaseGranted(1, b"L", "w", "other-node", True)) == []
+    assert b"L" in core.leases
+    core.validate()
+
+
 def test_lease_failure_fails_the_queued_tasks() -> None:
     core = TaskOwner()
     out = core.handle(Submit(b"t", KEY, 3))
