@@ -100,6 +100,12 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "lossy: the LeaseGranted of a lease forwarded to n1 was dropped; the driver never used "
      "or returned it and n1's worker was held forever. The holder now grants it again each "
      "period (the owner ignores a copy of a grant it took)"),
+    (709, [("put", 4, 1), ("tree", 2, 3), ("borrow", 4), ("pg", 87), ("pause", "n1", 5.0),
+           ("advance", 3.0)],
+     "n0 took the paused n1 for dead while n1 held its PrepareBundles and placed the group "
+     "elsewhere; n1 resumed and reserved the bundle, and n0's abort of that stale success "
+     "went nowhere (n1 was still dead in its view): the CPU was held forever. The abort now "
+     "goes to the node that answered"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

@@ -131,8 +131,17 @@ class GroupRelay:
 
     def _on_reserved(self, sender: str, msg: p.BundlesReserved, bufs: list[Any]) -> None:
         node = self.node
-        node.apply(node.scheduler.on_bundles_prepared(BundlesPrepared(
-            msg.pg_id, msg.node_id, msg.attempt, msg.ok, msg.reason)))
+        rest = []
+        for d in node.scheduler.on_bundles_prepared(BundlesPrepared(
+                msg.pg_id, msg.node_id, msg.attempt, msg.ok, msg.reason)):
+            if isinstance(d, PGAbort) and d.node_id == msg.node_id:
+                # A stale success is released at the node that sent it, even one our view
+                # takes for dead (it answered after a pause): dropped, its bundles were held
+                # forever.
+                node.loop.send(sender, p.AbortBundles(pg_id=d.pg_id))
+            else:
+                rest.append(d)
+        node.apply(rest)
 
     def _on_commit(self, sender: str, msg: p.CommitBundles, bufs: list[Any]) -> None:
         node = self.node
