@@ -60,36 +60,43 @@ class ZmqThreadSender:
     def send(self, to: str, frames: Sequence[Buffer]) -> None:
         """Send a message; TransportError if closed or the peer's queue is full."""
         with self._lock:  # never on a socket that the endpoint's close is closing
-            self._send(to, frames)
-
-    def _send(self, to: str, frames: Sequence[Buffer]) -> None:
-        if self._closed:
-            raise TransportError(f"thread sender of {self._endpoint.address!r} is closed")
-        dealer = self._peers.get(to)
-        if dealer is None:
-            ep = self._endpoint
-            dealer = ep._context.socket(zmq.DEALER)
-            dealer.linger = ep._linger_ms
-            dealer.sndhwm = ep._sndhwm
+            if self._closed:
+                raise TransportError(f"thread sender of {self._endpoint.address!r} is closed")
+            dealer = self._peers.get(to)
+            if dealer is None:
+                dealer = self._connect(to)
             try:
-                prepare_dealer(dealer, to, ep.credentials, ep.address)
-                dealer.connect(to)
+                if len(frames) == 1:  # the common case (a task's result), without a loop
+                    frame = frames[0]
+                    size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
+                    _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
+                    return
+                last = len(frames) - 1
+                for index, frame in enumerate(frames):
+                    size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
+                    _send(dealer, frame, _NOBLOCK if index == last else _SNDMORE,
+                          size < ZERO_COPY_THRESHOLD)
+            except zmq.Again:
+                raise TransportError(f"send queue to {to!r} is full") from None
             except zmq.ZMQError as exc:
-                dealer.close(linger=0)
-                raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
-            if len(self._peers) >= ep._max_peers:  # bounded like the endpoint's, oldest first
-                self._peers.pop(next(iter(self._peers))).close()
-            self._peers[to] = dealer
+                raise TransportError(f"cannot send to {to!r}: {exc}") from exc
+
+    def _connect(self, to: str) -> zmq.Socket[bytes]:
+        """A new DEALER to `to` (lock held); the oldest goes past the endpoint's bound."""
+        ep = self._endpoint
+        dealer = ep._context.socket(zmq.DEALER)
+        dealer.linger = ep._linger_ms
+        dealer.sndhwm = ep._sndhwm
         try:
-            last = len(frames) - 1
-            for index, frame in enumerate(frames):
-                size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
-                _send(dealer, frame, _NOBLOCK if index == last else _SNDMORE,
-                      size < ZERO_COPY_THRESHOLD)
-        except zmq.Again:
-            raise TransportError(f"send queue to {to!r} is full") from None
+            prepare_dealer(dealer, to, ep.credentials, ep.address)
+            dealer.connect(to)
         except zmq.ZMQError as exc:
-            raise TransportError(f"cannot send to {to!r}: {exc}") from exc
+            dealer.close(linger=0)
+            raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
+        if len(self._peers) >= ep._max_peers:  # bounded like the endpoint's, oldest first
+            self._peers.pop(next(iter(self._peers))).close()
+        self._peers[to] = dealer
+        return dealer
 
     def close(self) -> None:
         """Close its sockets (the endpoint's close does this too, from another thread: the
