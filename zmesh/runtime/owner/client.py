@@ -304,8 +304,13 @@ class CoreClient:
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         """Values of refs, in order; raises the first error, or GetTimeoutError."""
         deadline = None if timeout is None else self.loop.clock() + timeout
-        vals = self._wait_values(refs, deadline, fail_fast=len(refs) > 1)
-        failed = next((v for v in vals if v is not None and v.is_error), None)
+        many = len(refs) > 1
+        vals = self.waits.values(refs, deadline, many)
+        if many:
+            failed = next((v for v in vals if v is not None and v.is_error), None)
+        else:  # one ref (the common case: no generator), or none
+            first = vals[0] if vals else None
+            failed = first if first is not None and first.is_error else None
         if failed is not None:  # as Ray: the first failure raises without waiting for the rest
             values.raise_if_error(failed, values.decode(failed, self.read))
         out = []
