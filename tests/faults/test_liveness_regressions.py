@@ -106,6 +106,13 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "elsewhere; n1 resumed and reserved the bundle, and n0's abort of that stale success "
      "went nowhere (n1 was still dead in its view): the CPU was held forever. The abort now "
      "goes to the node that answered"),
+    (919236779, [("tree", 3, 2), ("partition", "n1", 1.0), ("tree", 2, 2),
+                 ("slow", "n0", 0.5, 1.0), ("partition", "n2", 5.0), ("pg", 4),
+                 ("advance", 3.0)],
+     "n0 took n1 for dead and told the owner its forwarded lease's worker exited before the "
+     "grant reached the owner, which then used the late grant; n0, with no record of the "
+     "lease, took it back from n1 while the tasks ran (n1 handed the busy worker out) and "
+     "the tree's get hung. The owner now gives such a grant back"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

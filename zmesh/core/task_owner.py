@@ -201,8 +201,8 @@ class TaskOwner(TaskOwnerFastPaths):
     def _granted(self, e: LeaseGranted, out: list[Action]) -> None:
         if e.lease_id in self.leases:
             return  # a copy of a grant taken already (sent again, or duplicated on the way)
-        key = self.requests.pop(e.request_id, None)
-        if key is None:  # no longer wanted
+        key = None if e.lease_id in self.exited else self.requests.pop(e.request_id, None)
+        if key is None:  # no longer wanted, or its worker was reported exited
             out.append(ReturnLease(e.lease_id, False, e.sender))
             return
         q = self.queues[key]
@@ -219,6 +219,10 @@ class TaskOwner(TaskOwnerFastPaths):
         lid, reason = e.lease_id, e.reason
         lease = self.leases.pop(lid, None)
         if lease is None:
+            # Before its grant: the node that forwarded the request took the holder for dead
+            # and placed it again. Used, the late grant would run our tasks on a worker that
+            # node forgot, and it would take the lease back from under them.
+            self.note_exited(lid)
             return
         q = self.queues[lease.key]
         q.leases.remove(lid)

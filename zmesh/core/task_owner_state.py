@@ -15,6 +15,10 @@ PIPELINE_DEPTH = 4
 MAX_LEASE_REQUESTS = 16
 
 
+EXITED_KEPT = 1024
+"""Lease ids told exited before granted, remembered (see TaskOwnerState.exited)."""
+
+
 class TaskState(Enum):
     WAITING = "waiting"  # for its arguments
     QUEUED = "queued"
@@ -70,8 +74,16 @@ class TaskOwnerState:
         self.leases: dict[bytes, LeaseEntry] = {}
         self.requests: dict[int, Hashable] = {}
         self._next_request = 0
+        # Leases we were told had lost their worker before their grant reached us (the latest
+        # EXITED_KEPT): a grant that comes later is given back, never used.
+        self.exited: dict[bytes, None] = {}
         # (event, actions), or a fast path's compact entry (`FAST_SUBMIT`/`FAST_RESULT`, ...)
         self.log: deque[tuple[Any, ...]] = deque(maxlen=log_size)
+
+    def note_exited(self, lease_id: bytes) -> None:
+        self.exited[lease_id] = None
+        if len(self.exited) > EXITED_KEPT:
+            del self.exited[next(iter(self.exited))]
 
     def _spent(self, lease: LeaseEntry) -> bool:
         limit = self.queues[lease.key].max_calls

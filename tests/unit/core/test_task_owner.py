@@ -158,6 +158,22 @@ def test_a_copy_of_a_grant_already_taken_is_ignored_not_returned() -> None:
     core.validate()
 
 
+def test_a_grant_that_comes_after_its_worker_was_reported_exited_is_given_back() -> None:
+    # Seed 919236779: the node that forwarded our request took the holder for dead, told us
+    # the lease's worker exited (before its grant reached us) and placed the request again.
+    # The late grant was used: our tasks ran on a worker that node no longer knew of, and it
+    # took the lease back from under them (the tree's get hung). It is given back now.
+    core = TaskOwner()
+    out = core.handle(Submit(b"t", KEY, 0))
+    rid = next(a.request_id for a in out if isinstance(a, RequestLease))
+    assert core.handle(WorkerExited(b"L", "its node died")) == []
+    assert core.handle(LeaseGranted(rid, b"L", "w", "n1", True)) == [
+        ReturnLease(b"L", False, "n1")]
+    out = core.handle(LeaseGranted(rid, b"M", "w2", "n2", True))  # the request placed again
+    assert sends(out) == [b"t"]
+    core.validate()
+
+
 def test_lease_failure_fails_the_queued_tasks() -> None:
     core = TaskOwner()
     out = core.handle(Submit(b"t", KEY, 3))
