@@ -113,6 +113,13 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "grant reached the owner, which then used the late grant; n0, with no record of the "
      "lease, took it back from n1 while the tasks ran (n1 handed the busy worker out) and "
      "the tree's get hung. The owner now gives such a grant back"),
+    (919236779, [("tree", 3, 3), ("tree", 2, 2), ("slow", "n0", 0.5, 1.0), ("pg", 4),
+                 ("advance", 3.0)],
+     "n0 took the slowed n2 for dead, failed the group's attempt 1 and prepared attempt 2 "
+     "on n2; n2 answered both, and n0's abort of the stale attempt-1 success (an abort drops "
+     "every uncommitted bundle of the group there) dropped attempt 2's reservation too: the "
+     "group was 'ready' with no bundle on n2 and its task waited forever. No abort is sent "
+     "now to a node that takes part in the attempt under way"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

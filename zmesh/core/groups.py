@@ -137,13 +137,17 @@ class GroupCoordinator:
     def on_prepared(
         self, reply: BundlesPrepared, view: Mapping[NodeId, NodeResources]
     ) -> list[Decision]:
-        """A node answered PGPrepare. Stale successes are released at once."""
+        """A node answered PGPrepare. Stale successes are released at once, unless that node
+        takes part in the attempt under way: its newer prepare replaces the stale
+        reservation, and an abort (of the whole group there) would drop the new one too."""
         plan = self._plans.get(reply.pg_id)
         if (
             plan is None or plan.state != "preparing" or reply.attempt != plan.attempt
             or reply.node_id not in plan.waiting_on
         ):
-            return [PGAbort(reply.pg_id, reply.node_id)] if reply.ok else []
+            current = plan is not None and plan.state == "preparing" and (
+                reply.node_id in plan.waiting_on or reply.node_id in plan.prepared)
+            return [PGAbort(reply.pg_id, reply.node_id)] if reply.ok and not current else []
         plan.waiting_on.discard(reply.node_id)
         if not reply.ok:
             return self._fail_attempt(
