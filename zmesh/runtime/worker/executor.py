@@ -27,15 +27,14 @@ from zmesh.core.mailbox import Mailbox
 from zmesh.errors import ActorExit, ObjectLostError, TaskCancelledError, TaskInterrupt
 from zmesh.protocol.messages import runtime as m
 from zmesh.ray_compat import install_if_requested
-from zmesh.runtime import values
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.owner.actor_calls import CANCELLED_CALL
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
+from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
-from zmesh.task_error import capture
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
@@ -187,9 +186,9 @@ class Executor:
         n = max(msg.num_returns, 1)
         if msg.task_id in self.cancelled:
             self.recent.finished(msg.task_id, msg.attempt, self._reply(
-                msg.owner, msg.task_id, [_cancelled(msg.name)] * n, [], msg.attempt))
+                msg.owner, msg.task_id, [cancelled_value(msg.name)] * n, [], msg.attempt))
             return
-        _switch_env(self._env_saved, msg.env_vars)
+        switch_env(self._env_saved, msg.env_vars)
         events.recorder.begin(msg.task_id, msg.name, "task")
         logs.set_prefix(f"({msg.name} pid={self.pid})")
         client.current_task_id = msg.task_id
@@ -212,15 +211,16 @@ class Executor:
                 result = asyncio.run(result)
             del args, kwargs
             if msg.num_returns < 0:  # a streaming generator: cancel may interrupt it
-                returns = self._stream(msg.task_id, result, msg.num_returns, msg.name,
-                                       msg.owner, msg.backpressure)
+                returns = streaming.run_task(self.client, self.pid, self._shielded,
+                                             msg.task_id, result, msg.num_returns, msg.name,
+                                             msg.owner, msg.backpressure)
             self.running = b""
             if msg.num_returns >= 0:
                 returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
                                                msg.owner)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
-            returns = [_error(msg.name, exc, self.pid)] * n
+            returns = [error_value(msg.name, exc, self.pid)] * n
         finally:
             if code_env is not None:
                 runtime_env.leave(code_env)
@@ -306,8 +306,8 @@ class Executor:
         client.assigned_resources = dict(spec.resources)
         client.namespace = spec.namespace or client.namespace
         client.current_placement_group, client.inherited_strategy = placement_of(spec.strategy)
-        _switch_env(self._env_saved, {})  # nothing of a task's env stays for the actor
-        _apply_env(spec.env_vars)
+        switch_env(self._env_saved, {})  # nothing of a task's env stays for the actor
+        apply_env(spec.env_vars)
         logs.set_prefix(f"({spec.class_name} pid={self.pid})")
         try:
             if runtime_env.ENV_KEY in spec.env_vars:  # for the actor's life: never left
@@ -317,7 +317,7 @@ class Executor:
             args, kwargs, _ = unpack_args(spec.args, client.read)
             self.instance = cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001
-            err = _error(f"{spec.class_name}.__init__", exc, self.pid)
+            err = error_value(f"{spec.class_name}.__init__", exc, self.pid)
             client.loop.send_threadsafe(client.node_address, m.ActorState(
                 actor_id=spec.actor_id, state="dead", error=err.data,
                 reason=f"{spec.class_name}.__init__ raised {type(exc).__name__}: {exc}",
@@ -355,8 +355,9 @@ class Executor:
         try:
             result, refs = self._invoke(call)
             if call.num_returns < 0:
-                returns = self._stream(call.task_id, result, call.num_returns, name,
-                                       call.caller, call.backpressure)
+                returns = streaming.run_task(self.client, self.pid, self._shielded,
+                                             call.task_id, result, call.num_returns, name,
+                                             call.caller, call.backpressure)
             self.running = b""
             if call.num_returns >= 0:
                 returns = self._encode_returns(call.task_id, result, call.num_returns, name,
@@ -367,12 +368,12 @@ class Executor:
             return
         except BaseException as exc:  # noqa: BLE001
             self.running = b""
-            returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
+            returns = [error_value(name, exc, self.pid)] * max(call.num_returns, 1)
         self._reply(call.caller, call.task_id, returns, refs)
 
     def _reject(self, call: m.ActorCall, exc: BaseException) -> None:
         """Fail a call that cannot run (an unknown concurrency group)."""
-        error = _error(self._method_name(call), exc, self.pid)
+        error = error_value(self._method_name(call), exc, self.pid)
         self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
 
     def _method_name(self, call: m.ActorCall) -> str:
@@ -422,7 +423,7 @@ class Executor:
 
     def _answer_cancelled(self, call: m.ActorCall) -> None:
         name = self._method_name(call)
-        error = _error(name, TaskCancelledError(f"task {name} was cancelled"), self.pid)
+        error = error_value(name, TaskCancelledError(f"task {name} was cancelled"), self.pid)
         self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
 
     async def _async_call_body(self, call: m.ActorCall) -> None:
@@ -451,7 +452,8 @@ class Executor:
                 args, kwargs, refs = unpack_args(call.args, self.client.read)
                 method = getattr(self.instance, call.method)
                 if call.num_returns < 0:
-                    returns = await self._stream_async(call, name, method, args, kwargs)
+                    returns = await streaming.run_call_async(
+                        self.client, self.pid, self._shielded, call, name, method, args, kwargs)
                 elif inspect.iscoroutinefunction(method):
                     result = await method(*args, **kwargs)
                 else:
@@ -464,7 +466,7 @@ class Executor:
                 self._exit_actor(exc.why)
                 return
             except BaseException as exc:  # noqa: BLE001
-                returns = [_error(name, exc, self.pid)] * max(call.num_returns, 1)
+                returns = [error_value(name, exc, self.pid)] * max(call.num_returns, 1)
         self._reply(call.caller, call.task_id, returns, refs)
 
     def _exit_actor(self, why: str) -> None:
@@ -481,63 +483,3 @@ class Executor:
                 self.client.loop.send_threadsafe(self.client.node_address, m.ActorState(
                     actor_id=spec.actor_id, state="dead", reason=why,
                     class_name=spec.class_name))
-
-
-    # -- streaming generators ------------------------------------------------------------
-    def _stream(self, task_id: bytes, gen: Any, mode: int, name: str, owner: str,
-                backpressure: int) -> list[m.Value]:
-        def error_of(exc: BaseException) -> m.Value:
-            return _error(name, exc, self.pid)
-
-        if hasattr(gen, "__anext__"):  # an async generator outside an async actor
-            return asyncio.run(streaming.run_async(self.client, task_id, gen, mode, owner,
-                                                   backpressure, error_of))
-        return streaming.run(self.client, task_id, gen, mode, owner, backpressure, error_of,
-                             self._shielded)
-
-    async def _stream_async(self, call: m.ActorCall, name: str, method: Any, args: Any,
-                            kwargs: Any) -> list[m.Value]:
-        def error_of(exc: BaseException) -> m.Value:
-            return _error(name, exc, self.pid)
-
-        if inspect.isasyncgenfunction(method):
-            return await streaming.run_async(self.client, call.task_id, method(*args, **kwargs),
-                                             call.num_returns, call.caller, call.backpressure,
-                                             error_of)
-        return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: self._stream(call.task_id, method(*args, **kwargs), call.num_returns,
-                                       name, call.caller, call.backpressure))
-
-
-def _error(name: str, exc: BaseException, pid: int) -> m.Value:
-    events.recorder.note_error(f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, TaskCancelledError | TaskInterrupt | asyncio.CancelledError):
-        return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
-    return values.encode_error(capture(name, exc, pid))
-
-
-def _cancelled(name: str) -> m.Value:
-    return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
-
-
-def _apply_env(env: dict[str, str]) -> None:
-    os.environ.update(env)
-
-
-def _switch_env(saved: dict[str, str | None], env: dict[str, str]) -> None:
-    """Make os.environ the worker's own plus `env`. `saved` holds the worker's own values of
-    the variables the previous task's env changed (updated here): a variable every task sets
-    to the same value (OMP_NUM_THREADS) is set once, not set and removed per task."""
-    environ = os.environ
-    for k in [k for k in saved if k not in env]:
-        old = saved.pop(k)
-        if old is None:
-            environ.pop(k, None)
-        else:
-            environ[k] = old
-    for k, v in env.items():
-        current = environ.get(k)
-        if current != v:
-            if k not in saved:
-                saved[k] = current
-            environ[k] = v

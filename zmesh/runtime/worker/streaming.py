@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 from zmesh.generators import DYNAMIC, DynamicItems
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.ids import IdGen
+from zmesh.runtime.worker.outcomes import error_value
 
 ErrorOf = Callable[[BaseException], m.Value]
 
@@ -216,3 +218,30 @@ async def run_async(client: Any, task_id: bytes, agen: Any, mode: int, owner: st
         if pace is not None:
             _paces.pop(task_id, None)
     return sender.result(mode)
+
+
+def run_task(client: Any, pid: int, shielded: Callable[[], AbstractContextManager[None]],
+             task_id: bytes, gen: Any, mode: int, name: str, owner: str,
+             backpressure: int) -> list[m.Value]:
+    """Stream a task's (or a sync call's) generator, sync or async, from a worker thread."""
+    def error_of(exc: BaseException) -> m.Value:
+        return error_value(name, exc, pid)
+
+    if hasattr(gen, "__anext__"):  # an async generator outside an async actor
+        return asyncio.run(run_async(client, task_id, gen, mode, owner, backpressure, error_of))
+    return run(client, task_id, gen, mode, owner, backpressure, error_of, shielded)
+
+
+async def run_call_async(client: Any, pid: int,
+                         shielded: Callable[[], AbstractContextManager[None]], call: m.ActorCall,
+                         name: str, method: Any, args: Any, kwargs: Any) -> list[m.Value]:
+    """Stream an async actor's generator method (a sync one runs on the default executor)."""
+    def error_of(exc: BaseException) -> m.Value:
+        return error_value(name, exc, pid)
+
+    if inspect.isasyncgenfunction(method):
+        return await run_async(client, call.task_id, method(*args, **kwargs), call.num_returns,
+                               call.caller, call.backpressure, error_of)
+    return await asyncio.get_running_loop().run_in_executor(
+        None, lambda: run_task(client, pid, shielded, call.task_id, method(*args, **kwargs),
+                               call.num_returns, name, call.caller, call.backpressure))
