@@ -18,6 +18,7 @@ import hashlib
 from collections import deque
 from collections.abc import Iterable
 
+from zmesh.core import node_lease_checks
 from zmesh.core.lease_records import (
     DEAD_OWNERS_KEPT,
     FORWARD_SWEEP_S,
@@ -473,44 +474,8 @@ class NodeLeases:
 
     # -- checks ----------------------------------------------------------------------------
     def validate(self) -> None:
-        """Invariants: a worker serves at most one lease and a lease has at most one worker;
-        idle workers hold nothing; every granted local lease runs in the scheduler, and one
-        whose worker is blocked has lent exactly its CPU (never GPUs or custom resources);
-        the scheduler's own books balance (nothing leaked or double-granted)."""
-        running = self.scheduler.running()
-        seen: set[bytes] = set()
-        for lease in self.leases.values():
-            if lease.worker is None:
-                assert not lease.lent, f"lease {lease.lease_id.hex()} lent with no worker"
-                continue
-            rec = self.workers.get(lease.worker)
-            assert rec is not None and rec.role is WorkerRole.LEASED, (
-                f"lease {lease.lease_id.hex()} holds worker {lease.worker.hex()} in role "
-                f"{rec.role if rec else None}")
-            assert rec.lease == lease.lease_id, (
-                f"worker {lease.worker.hex()} serves {rec.lease!r}, not {lease.lease_id.hex()}")
-            assert lease.worker not in seen, f"worker {lease.worker.hex()} granted twice"
-            seen.add(lease.worker)
-            if lease.evicted:
-                continue
-            assert lease.lease_id in running, f"granted lease {lease.lease_id.hex()} not running"
-            cpu = running[lease.lease_id].resources.get_amount("CPU")
-            lent = self.scheduler.lent(lease.lease_id)
-            assert lent == (cpu if lease.lent else 0), (
-                f"lease {lease.lease_id.hex()} lent {lent} of its {cpu} CPU (blocked: "
-                f"{lease.lent})")
-        for rec in self.workers.values():
-            if rec.role is WorkerRole.LEASED:
-                assert rec.lease in self.leases and self.leases[rec.lease].worker == rec.worker, (
-                    f"worker {rec.worker.hex()} leased to {rec.lease!r}, which does not hold it")
-        idle = self.queues.idle
-        assert len(idle) == len(set(idle)), "a worker is idle twice"
-        for worker in idle:
-            assert self.workers[worker].role is WorkerRole.IDLE, f"idle {worker.hex()} busy"
-        for lease_id, _ in self.queues.leases:
-            queued = self.leases.get(lease_id)
-            assert queued is None or queued.worker is None, f"{lease_id.hex()} waits and holds"
-        self.scheduler.validate()
+        """Invariants (see `node_lease_checks.validate`); AssertionError names the first broken."""
+        node_lease_checks.validate(self)
 
     def story(self, key: bytes | str) -> list[str]:
         """The logged events and actions that mention `key` (a lease id, worker id or owner),

@@ -1,0 +1,206 @@
+"""The events and actions of the ownership core (`zmesh.core.ownership`): what a process's
+refs, tasks, borrowers and owner probes tell the machine, and what it asks its shell to do.
+
+Typed records only, no rules: the shell builds the events and matches the actions
+exhaustively, and the machine's module stays about its rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "Action",
+    "AddBorrower",
+    "AddLocal",
+    "AddSubmitted",
+    "BorrowerGone",
+    "Escaped",
+    "Event",
+    "FailBorrowed",
+    "Free",
+    "HoldBorrowed",
+    "HoldContained",
+    "OwnerAnswered",
+    "OwnerDied",
+    "OwnerNodeDied",
+    "ProbeOwner",
+    "ProbeTimedOut",
+    "ReadFailed",
+    "RefuseBorrow",
+    "RemoveBorrower",
+    "RemoveLocal",
+    "RemoveSubmitted",
+    "Verdict",
+]
+
+
+# -- events ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class AddLocal:
+    """A ref to `object_id` was made in this process (created, received or deserialized)."""
+
+    object_id: bytes
+    owner: str
+
+
+@dataclass(slots=True)
+class RemoveLocal:
+    """A ref to `object_id` in this process was dropped."""
+
+    object_id: bytes
+
+
+@dataclass(slots=True)
+class AddSubmitted:
+    """Tasks that take these objects as arguments were submitted (one count each)."""
+
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class RemoveSubmitted:
+    """Those tasks finished (or the values holding the objects were freed)."""
+
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class AddBorrower:
+    """Another process holds refs to these (owned) objects."""
+
+    object_ids: tuple[bytes, ...]
+    borrower: str
+
+
+@dataclass(slots=True)
+class RemoveBorrower:
+    """That process stopped holding them."""
+
+    object_ids: tuple[bytes, ...]
+    borrower: str
+
+
+@dataclass(slots=True)
+class BorrowerGone:
+    """The process at `address` (or every one with ipc sockets under `prefix`) died: it
+    borrows nothing any more."""
+
+    address: str
+    prefix: str = ""
+
+
+@dataclass(slots=True)
+class Escaped:
+    """A ref left this process inside a return value: keep the object for its receiver."""
+
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class HoldContained:
+    """The value of owned `object_id` holds refs to `inner`: keep them while it lives."""
+
+    object_id: bytes
+    inner: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class HoldBorrowed:
+    """Values `outer` (returns we got) hold `owner`'s objects `inner`: borrow them while
+    the first of `outer` that we still track lives."""
+
+    outer: tuple[bytes, ...]
+    inner: tuple[bytes, ...]
+    owner: str
+
+
+@dataclass(slots=True)
+class ReadFailed:
+    """Reading the stored copy of `object_id` failed (the copy is gone)."""
+
+    object_id: bytes
+
+
+@dataclass(slots=True)
+class OwnerNodeDied:
+    """A node died: owners at `address` or with ipc sockets under `ipc_prefix` died too."""
+
+    address: str
+    ipc_prefix: str
+    why: str
+
+
+@dataclass(slots=True)
+class OwnerDied:
+    """The owner at `owner` (one process) died: seen by its silence while we awaited a value
+    it owns. Its objects we borrow fail with `why`."""
+
+    owner: str
+    why: str
+
+
+@dataclass(slots=True)
+class OwnerAnswered:
+    """`owner` answered a probe: it lives."""
+
+    owner: str
+
+
+@dataclass(slots=True)
+class ProbeTimedOut:
+    """`owner` did not answer a probe in time (timer event)."""
+
+    owner: str
+
+
+Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
+         | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
+         | OwnerAnswered | ProbeTimedOut)
+
+
+# -- actions --------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Free:
+    """Nothing holds the object any more: free its copies (owned) or tell its owner we stop
+    borrowing it; the objects in `held` were borrowed for its value and are released too."""
+
+    object_id: bytes
+    owner: str
+    owned: bool
+    held: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class RefuseBorrow:
+    """No outer value of a `HoldBorrowed` lives: tell `owner` we borrow none of `inner`."""
+
+    inner: tuple[bytes, ...]
+    owner: str
+
+
+@dataclass(slots=True)
+class FailBorrowed:
+    """A borrowed object waiting for its value: its owner died, so it never comes."""
+
+    object_id: bytes
+    why: str
+
+
+@dataclass(slots=True)
+class ProbeOwner:
+    """Ask `owner` whether it lives (and start the probe's timer)."""
+
+    owner: str
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What a failed read means: `owner_died` (with `why`) or only the copy was lost."""
+
+    object_id: bytes
+    owner_died: bool
+    why: str
+
+
+Action = Free | RefuseBorrow | FailBorrowed | ProbeOwner | Verdict
