@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 _NO_ARGS = m.Args()  # shared by calls without arguments (Args is frozen)
 
 CANCELLED_CALL = "__zmesh_cancelled__"
+
+DEATH_GRACE_S = 1.0
+"""How long calls out to an actor reported dead wait for answers already on their way."""
 """The method name a call cancelled before it was sent goes with."""
 
 
@@ -359,6 +362,15 @@ class ActorCaller:
         elif msg.state == "dead":
             rec.killing = False
             rec.error = self._death_value(rec, msg)
+            if self.core.open_calls(msg.actor_id):
+                # Answers its worker sent before it died may still be on their way: they come
+                # on the worker's connection, this news on the node's, and neither order nor
+                # the ROUTER's fair queueing puts them first (a graceful exit's queued calls
+                # failed with ActorDiedError though they ran). Calls still out then fail.
+                dead = ActorDead(msg.actor_id, msg.reason)
+                self.client.loop.call_later(DEATH_GRACE_S,
+                                            lambda: self._carry(self._handle(dead)))
+                return
             event = ActorDead(msg.actor_id, msg.reason)
         elif msg.state == "restarting":
             event = ActorRestarting(msg.actor_id, msg.reason)
