@@ -196,7 +196,9 @@ class Ownership:
 
     def _borrower_gone(self, e: BorrowerGone, out: list[Action]) -> None:
         address, prefix = e.address, e.prefix
-        for oid, rec in list(self.records.items()):
+        # a copy made in one C step: building a list of item tuples can run the collector,
+        # whose finalizers (a dropped ref's decref) change `records` mid-iteration
+        for oid, rec in self.records.copy().items():
             if not rec.borrowers:
                 continue
             gone = {b for b in rec.borrowers
@@ -298,7 +300,7 @@ class Ownership:
             if owner == address or (prefix and owner.startswith(prefix)):
                 for oid in sorted(self.probing.pop(owner)):
                     out.append(Verdict(oid, True, why))
-        for oid, rec in list(self.records.items()):
+        for oid, rec in self.records.copy().items():  # (see _borrower_gone)
             if not rec.owned and (rec.owner == address or
                                   (prefix and rec.owner.startswith(prefix))):
                 out.append(FailBorrowed(oid, why))
