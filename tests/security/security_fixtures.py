@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import zmq
 
     from zmesh.security.keys import ClusterCredentials
+    from zmesh.transports.zmq_transport import ZmqEndpoint
 
 
 class OpenFile:
@@ -118,6 +119,21 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.05)
+
+
+def drain_until(server: ZmqEndpoint, done: Callable[[], bool],
+                what: str) -> list[tuple[str, list[bytes]]]:
+    """Receive on `server` until `done()` holds; returns everything received meanwhile."""
+    got: list[tuple[str, list[bytes]]] = []
+
+    def step() -> bool:
+        item = server.recv(0.1)
+        if item is not None:
+            got.append((item[0], [bytes(f) for f in item[1]]))
+        return done()
+
+    wait_until(step, 60, what)
+    return got
 
 
 class RecordingProxy:

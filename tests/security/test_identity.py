@@ -13,11 +13,10 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 
 import pytest
 import zmq
-from security_fixtures import member_dealer, wait_until
+from security_fixtures import drain_until, member_dealer, wait_until
 
 import zmesh
 from zmesh.runtime import context
@@ -25,21 +24,6 @@ from zmesh.security.keys import ClusterCredentials
 from zmesh.testing import Cluster
 from zmesh.transports import open_endpoint
 from zmesh.transports.zmq_transport import ZmqEndpoint
-
-
-def _drain_until(server: ZmqEndpoint, done: Callable[[], bool],
-                 what: str) -> list[tuple[str, list[bytes]]]:
-    """Receive on `server` until `done()` holds; returns everything received meanwhile."""
-    got: list[tuple[str, list[bytes]]] = []
-
-    def step() -> bool:
-        item = server.recv(0.1)
-        if item is not None:
-            got.append((item[0], [bytes(f) for f in item[1]]))
-        return done()
-
-    wait_until(step, 60, what)
-    return got
 
 
 def test_a_member_claiming_another_process_name_is_refused_and_the_real_one_still_works(
@@ -51,8 +35,8 @@ def test_a_member_claiming_another_process_name_is_refused_and_the_real_one_stil
         assert server.recv(60) == (victim.address, [b"real-1"])
         forger = member_dealer(ctx, creds, server.address, sender=victim.address)
         forger.send(b"forged")
-        got = _drain_until(server, lambda: server.peers.refused_spoof >= 1,
-                           "the forged claim to be refused")
+        got = drain_until(server, lambda: server.peers.refused_spoof >= 1,
+                          "the forged claim to be refused")
         assert got == []
         victim.send(server.address, [b"real-2"])
         assert server.recv(60) == (victim.address, [b"real-2"])
@@ -60,9 +44,9 @@ def test_a_member_claiming_another_process_name_is_refused_and_the_real_one_stil
         # Control: the same kind of connection, under a name of its own, is accepted.
         honest = member_dealer(ctx, creds, server.address, sender="tcp://127.0.0.1:9")
         honest.send(b"own name")
-        got = _drain_until(server, lambda: server.peers.refused_spoof >= 2,
-                           "the forger's second message to be refused")
-        got += _drain_until(server, lambda: len(got) >= 1, "the honest message")
+        got = drain_until(server, lambda: server.peers.refused_spoof >= 2,
+                          "the forger's second message to be refused")
+        got += drain_until(server, lambda: len(got) >= 1, "the honest message")
         assert got == [("tcp://127.0.0.1:9", [b"own name"])]
 
 
@@ -94,8 +78,8 @@ def test_a_key_without_this_mesh_vouch_is_refused(
         forger = member_dealer(ctx, creds, server.address, sender="tcp://127.0.0.1:9",
                                vouched=False)
         forger.send(b"unvouched")
-        got = _drain_until(server, lambda: server.peers.refused_unvouched >= 1,
-                           "the unvouched key to be refused")
+        got = drain_until(server, lambda: server.peers.refused_unvouched >= 1,
+                          "the unvouched key to be refused")
         assert got == []
 
 
@@ -108,8 +92,8 @@ def test_a_peer_of_another_protocol_version_is_refused_with_a_clear_warning(
         future = member_dealer(ctx, creds, server.address, sender="tcp://127.0.0.1:9",
                                proto="999")
         future.send(b"from the future")
-        got = _drain_until(server, lambda: server.peers.refused_version >= 1,
-                           "the other version to be refused")
+        got = drain_until(server, lambda: server.peers.refused_version >= 1,
+                          "the other version to be refused")
         assert got == []
         assert "wire protocol 999, this process speaks 1" in caplog.text
 

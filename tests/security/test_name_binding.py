@@ -13,30 +13,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 
 import zmq
-from security_fixtures import member_dealer, wait_until
+from security_fixtures import drain_until, member_dealer
 
 from zmesh.security.keys import ClusterCredentials
 from zmesh.transports import open_endpoint
 from zmesh.transports.zmq_transport import ZmqEndpoint
 
 _OWN_NAME = "tcp://127.0.0.1:9"
-
-
-def _drain_until(server: ZmqEndpoint, done: Callable[[], bool],
-                 what: str) -> list[tuple[str, list[bytes]]]:
-    got: list[tuple[str, list[bytes]]] = []
-
-    def step() -> bool:
-        item = server.recv(0.1)
-        if item is not None:
-            got.append((item[0], [bytes(f) for f in item[1]]))
-        return done()
-
-    wait_until(step, 60, what)
-    return got
 
 
 def _next(server: ZmqEndpoint, what: str) -> tuple[str, list[bytes]]:
@@ -56,16 +41,16 @@ def test_a_member_key_cannot_take_the_name_of_a_live_process_whose_connection_id
         # The victim's connection idles out (close_idle closes all but the one last used).
         victim.send("tcp://127.0.0.1:1", [b"elsewhere"])
         assert victim.close_idle(0.0) == 1
-        _drain_until(server, lambda: server.peers.reap() >= 0
-                     and server.peers.sizes()["live_names"] == 0,
-                     "the server to see the victim's connection close")
+        drain_until(server, lambda: server.peers.reap() >= 0
+                    and server.peers.sizes()["live_names"] == 0,
+                    "the server to see the victim's connection close")
         # A member with a genuine vouch -- for its own name -- claims the idle victim's.
         keypair = zmq.curve_keypair()
         forger = member_dealer(ctx, creds, server.address, sender=victim.address,
                                vouched_for=_OWN_NAME, keypair=keypair)
         forger.send(b"forged")
-        got = _drain_until(server, lambda: server.peers.refused_unvouched >= 1,
-                           "the claim to the idle process's name to be refused")
+        got = drain_until(server, lambda: server.peers.refused_unvouched >= 1,
+                          "the claim to the idle process's name to be refused")
         assert got == []
         # The victim reconnects and is still itself.
         victim.send(server.address, [b"real-2"])
@@ -86,8 +71,8 @@ def test_a_member_key_cannot_take_the_name_of_a_process_that_never_connected(
         forger = member_dealer(ctx, creds, server.address, sender=silent.address,
                                vouched_for=_OWN_NAME)
         forger.send(b"forged")
-        got = _drain_until(server, lambda: server.peers.refused_unvouched >= 1,
-                           "the claim to the silent process's name to be refused")
+        got = drain_until(server, lambda: server.peers.refused_unvouched >= 1,
+                          "the claim to the silent process's name to be refused")
         assert got == []
         silent.send(server.address, [b"first"])
         assert _next(server, "the real process's message") == (silent.address, [b"first"])

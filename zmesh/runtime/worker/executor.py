@@ -372,7 +372,8 @@ class Executor:
         self._reply(call.caller, call.task_id, returns, refs)
 
     def _reject(self, call: m.ActorCall, exc: BaseException) -> None:
-        """Fail a call that cannot run (an unknown concurrency group)."""
+        """Answer a call with an error instead of running it (an unknown concurrency group, a
+        cancel before it ran, an answer no longer kept)."""
         error = error_value(self._method_name(call), exc, self.pid)
         self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
 
@@ -422,9 +423,7 @@ class Executor:
             "its way back and is no longer kept by the actor; the call ran and is not run again"))
 
     def _answer_cancelled(self, call: m.ActorCall) -> None:
-        name = self._method_name(call)
-        error = error_value(name, TaskCancelledError(f"task {name} was cancelled"), self.pid)
-        self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
+        self._reject(call, TaskCancelledError(f"task {self._method_name(call)} was cancelled"))
 
     async def _async_call_body(self, call: m.ActorCall) -> None:
         assert self.aio_sem is not None
