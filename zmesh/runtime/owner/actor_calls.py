@@ -49,10 +49,10 @@ if TYPE_CHECKING:
 _NO_ARGS = m.Args()  # shared by calls without arguments (Args is frozen)
 
 CANCELLED_CALL = "__zmesh_cancelled__"
+"""The method name a call cancelled before it was sent goes with."""
 
 DEATH_GRACE_S = 1.0
 """How long calls out to an actor reported dead wait for answers already on their way."""
-"""The method name a call cancelled before it was sent goes with."""
 
 
 @dataclass(eq=False, slots=True)
