@@ -49,11 +49,19 @@ LINK_PORT = 47310  # servers' ports inside a --link-gbit namespace (its own port
 # -- servers (child process) ----------------------------------------------------------------
 
 
-def serve_raw(address: str) -> None:
+RAW_CURVE_ENV = "ZMESH_BENCH_RAW_CURVE"
+"""A CURVE key pair (z85 public and secret, space-separated) for the raw-curve server, made by the driver."""
+
+
+def serve_raw(address: str, curve: bool = False) -> None:
     """Echo pings, ack streams, via one ROUTER, as a hand-written pyzmq server would."""
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
     router.linger = 0
+    if curve:  # libzmq's CURVE alone, no authenticator: what the cipher costs by itself
+        public, secret = os.environ[RAW_CURVE_ENV].encode().split(b" ")
+        router.curve_server = True
+        router.curve_publickey, router.curve_secretkey = public, secret
     router.rcvhwm = router.sndhwm = 100_000
     router.bind(address)
     print("ready", flush=True)
@@ -104,10 +112,15 @@ def serve_zmesh(address: str, insecure: bool = False) -> None:
 
 
 class RawClient:
+    curve = False
+
     def __init__(self, server: str, _own: str) -> None:
         self.context = zmq.Context()
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.linger = 0
+        if self.curve:
+            self.dealer.curve_serverkey = os.environ[RAW_CURVE_ENV].encode().split(b" ")[0]
+            self.dealer.curve_publickey, self.dealer.curve_secretkey = zmq.curve_keypair()
         self.dealer.rcvhwm = self.dealer.sndhwm = 100_000
         self.dealer.connect(server)
         self.send: Callable[[bytes], object] = self.dealer.send
@@ -117,6 +130,10 @@ class RawClient:
         self.dealer.send(QUIT)
         self.dealer.close(linger=1000)
         self.context.term()
+
+
+class RawCurveClient(RawClient):
+    curve = True
 
 
 class ZmeshClient:
@@ -241,7 +258,7 @@ def measure_route_bulk(
     """
     servers: dict[str, subprocess.Popen[str]] = {}
     clients: dict[str, RawClient | ZmeshClient] = {}
-    impls = [impl for impl in IMPLS if route == "tcp" or impl != "zmesh-plain"]
+    impls = [impl for impl in IMPLS if route == "tcp" or impl not in ("zmesh-plain", "raw-curve")]
     best = {impl: (0.0, 0.0, 0.0) for impl in impls}
     rounds: dict[str, list[tuple[float, float, float]]] = {impl: [] for impl in impls}
     cpu: dict[str, list[tuple[float, float]]] = {impl: [] for impl in impls}
@@ -342,7 +359,7 @@ def report(
             f"{route:<6}{impl:<12}{rt:>12,.0f}{rt / raw_rt:>8.2f}"
             f"{msgs:>18,.0f}{msgs / raw_msgs:>8.2f}"
         )
-        if impl.startswith("zmesh") and route == "tcp":
+        if impl.startswith("zmesh") and route == "tcp" and moved:
             bulk_rows.append((impl, rt, msgs, moved))
     if len(bulk_rows) != 2:
         return
@@ -360,6 +377,14 @@ def report(
           f"{_spread([a[1] / b[1] for a, b in pairs])}, bulk "
           f"{_spread([a[2] / b[2] for a, b in pairs])}; load average now "
           f"{os.getloadavg()[0]:.1f}")
+    if "raw-curve" in rounds:
+        # The same on and off with bare pyzmq sockets (no zmesh, no authenticator): the
+        # share of the cost that is libzmq's CURVE itself, measured in the same rounds.
+        raw_pairs = list(zip(rounds["raw-curve"], rounds["raw"]))
+        print(f"  bare libzmq CURVE on vs off (raw-curve / raw), per-round median [min-max]: "
+              f"sync {_spread([a[0] / b[0] for a, b in raw_pairs])}, pipelined "
+              f"{_spread([a[1] / b[1] for a, b in raw_pairs])}, bulk "
+              f"{_spread([a[2] / b[2] for a, b in raw_pairs])}")
     # CPU seconds per GB does not depend on how busy the machine is (much): from it, the
     # rate each end could reach with a core of its own (the slower end sets the pace).
     floor = crypto_floor()
@@ -376,7 +401,8 @@ def report(
 
 
 IMPLS: dict[str, type[RawClient] | type[ZmeshClient]] = {
-    "raw": RawClient, "zmesh": ZmeshClient, "zmesh-plain": PlainZmeshClient}
+    "raw": RawClient, "raw-curve": RawCurveClient, "zmesh": ZmeshClient,
+    "zmesh-plain": PlainZmeshClient}
 
 
 def free_port() -> int:
@@ -404,8 +430,8 @@ def main() -> None:
         os.environ["ZMESH_IO_THREADS"] = str(args.io_threads)  # children inherit it
     if args.serve:
         impl, address = args.serve
-        if impl == "raw":
-            serve_raw(address)
+        if impl in ("raw", "raw-curve"):
+            serve_raw(address, curve=impl == "raw-curve")
         else:
             serve_zmesh(address, insecure=impl == "zmesh-plain")
         return
@@ -415,6 +441,7 @@ def main() -> None:
     creds = keys.ClusterCredentials.generate()
     os.environ[keys.TOKEN_ENV] = creds.token
     keys.install(creds)
+    os.environ[RAW_CURVE_ENV] = b" ".join(zmq.curve_keypair()).decode()
     seconds, total = (0.15, 10_000) if args.quick else (0.3, 30_000)
     bulk_bytes = (256 << 20) if args.quick else (1 << 30)
     repeat = args.repeat or (4 if args.quick else 12)
