@@ -108,9 +108,9 @@ class TransferNode:
 
         def read() -> dict[str, Any]:
             st = self.store.stats()
-            out = {k: getattr(st, k) for k in st.__dataclass_fields__}
+            out = {k: getattr(st, k) for k in st.__struct_fields__}
             tr = self.transfer.stats()
-            out.update({k: getattr(tr, k) for k in tr.__dataclass_fields__})
+            out.update({k: getattr(tr, k) for k in tr.__struct_fields__})
             return out
 
         result: dict[str, Any] = self.call(read)

@@ -12,9 +12,10 @@ No I/O: the shell (`runtime/owner/actor_calls.py`) feeds events and carries out 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+import msgspec
 
 __all__ = [
     "Action", "ActorAlive", "ActorCallerCore", "ActorDead", "ActorRestarting", "Completed",
@@ -30,16 +31,14 @@ class State(Enum):
 
 
 # -- events ---------------------------------------------------------------------------------
-@dataclass(slots=True)
-class Track:
+class Track(msgspec.Struct):
     """This caller learned of an actor (created it, or got a handle)."""
 
     actor_id: bytes
     max_task_retries: int = 0
 
 
-@dataclass(slots=True)
-class Submit:
+class Submit(msgspec.Struct):
     """A call was made; it takes the next sequence number. `ready` False: its arguments are
     still resolving (it holds its place, and is sent once `Ready` comes)."""
 
@@ -48,16 +47,14 @@ class Submit:
     ready: bool = True
 
 
-@dataclass(slots=True)
-class Ready:
+class Ready(msgspec.Struct):
     """The arguments of a submitted call are resolved: it may be sent."""
 
     actor_id: bytes
     task_id: bytes
 
 
-@dataclass(slots=True)
-class ActorAlive:
+class ActorAlive(msgspec.Struct):
     """Incarnation `incarnation` (the restart count) of the actor runs at `address`."""
 
     actor_id: bytes
@@ -65,28 +62,24 @@ class ActorAlive:
     address: str
 
 
-@dataclass(slots=True)
-class ActorRestarting:
+class ActorRestarting(msgspec.Struct):
     actor_id: bytes
     reason: str
 
 
-@dataclass(slots=True)
-class ActorDead:
+class ActorDead(msgspec.Struct):
     actor_id: bytes
     reason: str
 
 
-@dataclass(slots=True)
-class Completed:
+class Completed(msgspec.Struct):
     """The actor answered the call."""
 
     actor_id: bytes
     task_id: bytes
 
 
-@dataclass(slots=True)
-class SendFailed:
+class SendFailed(msgspec.Struct):
     """The call could not be sent (no route to the address): it waits, with every later call,
     for the next word of where the actor runs (the shell asks for it)."""
 
@@ -94,8 +87,7 @@ class SendFailed:
     task_id: bytes
 
 
-@dataclass(slots=True)
-class Hold:
+class Hold(msgspec.Struct):
     """This caller is killing (or restarting) the actor: send nothing more to the worker;
     calls in flight stay in flight until the node says what became of it."""
 
@@ -107,8 +99,7 @@ Event = (Track | Submit | Ready | ActorAlive | ActorRestarting | ActorDead | Com
 
 
 # -- actions --------------------------------------------------------------------------------
-@dataclass(slots=True)
-class Send:
+class Send(msgspec.Struct):
     """Send the call to the actor's worker with this (incarnation's) sequence number."""
 
     actor_id: bytes
@@ -117,8 +108,7 @@ class Send:
     seq: int
 
 
-@dataclass(slots=True)
-class Fail:
+class Fail(msgspec.Struct):
     """The call will not run: `unavailable` (restarting, no retries left) or died."""
 
     actor_id: bytes
@@ -127,8 +117,7 @@ class Fail:
     reason: str
 
 
-@dataclass(slots=True)
-class Done:
+class Done(msgspec.Struct):
     """The actor's answer to an in-flight call is accepted: hand its results over."""
 
     actor_id: bytes
@@ -138,25 +127,23 @@ class Done:
 Action = Send | Fail | Done
 
 
-@dataclass(slots=True)
-class _Call:
+class _Call(msgspec.Struct):
     task_id: bytes
     seq: int  # submission order, never changes
     retries_left: int
     ready: bool
 
 
-@dataclass(slots=True)
-class _Actor:
+class _Actor(msgspec.Struct):
     max_task_retries: int
     state: State = State.PENDING
     incarnation: int = -1
     address: str = ""
     next_seq: int = 0
-    calls: dict[bytes, _Call] = field(default_factory=dict)  # submitted, not completed
-    inflight: set[bytes] = field(default_factory=set)
-    queue: set[bytes] = field(default_factory=set)  # ready, waiting to be sent
-    renumbered: dict[int, int] = field(default_factory=dict)
+    calls: dict[bytes, _Call] = msgspec.field(default_factory=dict)  # submitted, not completed
+    inflight: set[bytes] = msgspec.field(default_factory=set)
+    queue: set[bytes] = msgspec.field(default_factory=set)  # ready, waiting to be sent
+    renumbered: dict[int, int] = msgspec.field(default_factory=dict)
     seq_cut: int = 0
     seq_base: int = 0
 
@@ -169,7 +156,7 @@ class ActorCallerCore:
     """Every actor one caller talks to; `handle(event) -> actions`.
 
     On every actor call's path (a `Submit` and a `Completed` each): those two cases come
-    first, events are plain slotted dataclasses (a frozen one's __init__ costs ~3x), and
+    first, events are mutable Structs, and
     the log keeps the actions list as returned."""
 
     def __init__(self, log_size: int = 10_000) -> None:

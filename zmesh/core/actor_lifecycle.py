@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass
 from typing import Union
+
+import msgspec
 
 STORY_LEN = 64
 """Events (with the actions they caused) each actor keeps for `story()`."""
@@ -26,23 +27,20 @@ class ActorState(enum.Enum):
 
 
 # -- events ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Started:
+class Started(msgspec.Struct, frozen=True):
     """Its constructor returned on a worker reachable at `address`."""
 
     address: str
 
 
-@dataclass(frozen=True)
-class InitFailed:
+class InitFailed(msgspec.Struct, frozen=True):
     """Its constructor raised: dead for good, whatever restarts are left."""
 
     reason: str
     error: bytes
 
 
-@dataclass(frozen=True)
-class Lost:
+class Lost(msgspec.Struct, frozen=True):
     """Its worker died (`here`: on this node, holding this node's resources) or the node that
     hosted it went (`here` False). `stopping`: this node is shutting down (no restarts)."""
 
@@ -51,8 +49,7 @@ class Lost:
     stopping: bool = False
 
 
-@dataclass(frozen=True)
-class KillRequested:
+class KillRequested(msgspec.Struct, frozen=True):
     """Something wants it gone: `no_restart` makes that final. `reachable`: a worker here or a
     hosting node can be told to stop it (else it was never started and dies at once)."""
 
@@ -61,15 +58,13 @@ class KillRequested:
     reachable: bool
 
 
-@dataclass(frozen=True)
-class Unschedulable:
+class Unschedulable(msgspec.Struct, frozen=True):
     """It cannot be placed (bad request, infeasible for good, name taken)."""
 
     reason: str
 
 
-@dataclass(frozen=True)
-class HostReported:
+class HostReported(msgspec.Struct, frozen=True):
     """The node hosting it for us reports a state change; we pass it on as it is."""
 
     state: ActorState
@@ -83,8 +78,7 @@ Event = Union[Started, InitFailed, Lost, KillRequested, Unschedulable, HostRepor
 
 
 # -- actions ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Publish:
+class Publish(msgspec.Struct, frozen=True):
     """Tell the owner and every subscriber the actor's state."""
 
     state: ActorState
@@ -94,30 +88,25 @@ class Publish:
     restarts: int
 
 
-@dataclass(frozen=True)
-class Schedule:
+class Schedule(msgspec.Struct, frozen=True):
     """Place it (again) with the scheduler."""
 
 
-@dataclass(frozen=True)
-class StopWorker:
+class StopWorker(msgspec.Struct, frozen=True):
     """Stop its worker here, or ask the hosting node to (with `no_restart`)."""
 
     no_restart: bool
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(msgspec.Struct, frozen=True):
     """Give back what it held on this node to the scheduler (it ran here)."""
 
 
-@dataclass(frozen=True)
-class Cancel:
+class Cancel(msgspec.Struct, frozen=True):
     """Drop its placement request (it never started)."""
 
 
-@dataclass(frozen=True)
-class FreeName:
+class FreeName(msgspec.Struct, frozen=True):
     """Free its name now (Ray frees a killed actor's name at once)."""
 
 

@@ -4,11 +4,11 @@ Plain data, apart from the core's logic, so the shells and tests can read them t
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from zmesh.core.node_lease_events import ForwardLease
 from zmesh.core.scheduling import Dispatch, Request
@@ -39,8 +39,7 @@ class WorkerRole(enum.Enum):
     DEAD = "dead"
 
 
-@dataclass(eq=False)
-class Lease:
+class Lease(msgspec.Struct, eq=False, dict=True):
     """One lease on this node: requested, waiting, granted, or forwarded elsewhere."""
 
     lease_id: bytes
@@ -60,8 +59,7 @@ class Lease:
     evicted: bool = False  # its placement group was removed: the scheduler freed it already
 
 
-@dataclass(eq=False)
-class WorkerRecord:
+class WorkerRecord(msgspec.Struct, eq=False, dict=True):
     """A worker process this node started, and what it does now."""
 
     worker: bytes
@@ -69,23 +67,22 @@ class WorkerRecord:
     lease: bytes | None = None
 
 
-@dataclass
-class Queues:
+class Queues(msgspec.Struct, dict=True):
     """Idle workers, granted leases waiting for one, actors waiting for one."""
 
-    idle: list[bytes] = field(default_factory=list)  # LIFO: the warmest worker first
-    leases: deque[tuple[bytes, Dispatch]] = field(default_factory=deque)  # granted, no worker
-    wants: deque[int] = field(default_factory=deque)  # actor tokens waiting for a worker
+    idle: list[bytes] = msgspec.field(default_factory=list)  # LIFO: the warmest worker first
+    leases: deque[tuple[bytes, Dispatch]] = msgspec.field(default_factory=deque)  # granted, no worker
+    wants: deque[int] = msgspec.field(default_factory=deque)  # actor tokens waiting for a worker
 
 
 
 
 def mentions(item: Any, key: bytes | str) -> bool:
-    """Whether a logged event or action (a dataclass) names `key` in one of its fields."""
-    if not dataclasses.is_dataclass(item):
+    """Whether a logged event or action (a Struct) names `key` in one of its fields."""
+    if not isinstance(item, msgspec.Struct):
         return False
-    for f in dataclasses.fields(item):
-        value = getattr(item, f.name)
+    for name in item.__struct_fields__:
+        value = getattr(item, name)
         if value == key or (isinstance(value, tuple) and key in value):
             return True
     return False

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import math
 import random
-from dataclasses import dataclass
 from typing import Union
+
+import msgspec
 
 from zmesh.core.membership_gossip import UpdateQueue
 from zmesh.core.membership_table import MemberTable, valid_update
@@ -61,8 +62,7 @@ MembershipMessage = Union[Probe, ProbeAck, ProbeRequest, Gossip, Join, PushPull]
 Outbox = list[tuple[str, MembershipMessage]]
 
 
-@dataclass
-class _Probe:
+class _Probe(msgspec.Struct, dict=True):
     target: str
     seq: int
     ack_deadline: float

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 from zmesh.core.membership_gossip import AddressSet
 from zmesh.core.membership_types import MemberEvent, MemberEventKind, MembershipConfig
@@ -21,8 +22,7 @@ LIVE_STATES = (MemberState.ALIVE, MemberState.SUSPECT)
 _GONE_EVENT = {MemberState.DEAD: MemberEventKind.DEAD, MemberState.LEFT: MemberEventKind.LEFT}
 
 
-@dataclass
-class _Member:
+class _Member(msgspec.Struct, dict=True):
     address: str
     state: MemberState
     incarnation: int

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, fields
+
+import msgspec
 
 from zmesh.protocol.messages.membership import MemberState, Metadata
 
 __all__ = ["MembershipConfig", "MemberInfo", "MemberEvent", "MemberEventKind"]
 
 
-@dataclass(frozen=True)
-class MembershipConfig:
+class MembershipConfig(msgspec.Struct, frozen=True):
     """Timing and fan-out of the protocol; the defaults target a LAN mesh of up to ~1,000 nodes.
 
     With the defaults a crashed node is known dead everywhere within ~3 s at 100 members,
@@ -51,7 +51,7 @@ class MembershipConfig:
     """Seconds a dead or left member's record is kept (stops stale gossip reviving it)."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
+        for f in msgspec.structs.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"MembershipConfig.{f.name} must be a number, got {value!r}")
@@ -78,8 +78,7 @@ class MembershipConfig:
         return self.push_pull_interval * (math.ceil(math.log2(n) - 5) + 1)
 
 
-@dataclass(frozen=True)
-class MemberInfo:
+class MemberInfo(msgspec.Struct, frozen=True):
     """One member as this node sees it; `metadata` holds its free resources and labels."""
 
     address: str
@@ -105,8 +104,7 @@ class MemberEventKind(str, enum.Enum):
     METADATA = "metadata-changed"
 
 
-@dataclass(frozen=True)
-class MemberEvent:
+class MemberEvent(msgspec.Struct, frozen=True):
     """A change in this node's view of another member, at time `at` (the caller's clock)."""
 
     kind: MemberEventKind

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Union
+
+import msgspec
 
 from zmesh.core.scheduling import Decision, Request
 
@@ -54,8 +55,7 @@ __all__ = [
 
 
 # -- events ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LeaseRequested:
+class LeaseRequested(msgspec.Struct, frozen=True):
     """An owner asked this node for a worker (`origin`: another node forwarded the request)."""
 
     lease_id: bytes
@@ -67,8 +67,7 @@ class LeaseRequested:
     origin: str = ""
 
 
-@dataclass(frozen=True)
-class LeaseReturned:
+class LeaseReturned(msgspec.Struct, frozen=True):
     """The owner gave a lease back (`owner_died`: its worker must stop; `retire`: max_calls)."""
 
     lease_id: bytes
@@ -76,50 +75,43 @@ class LeaseReturned:
     retire: bool = False
 
 
-@dataclass(frozen=True)
-class WorkerStarted:
+class WorkerStarted(msgspec.Struct, frozen=True):
     """A worker process registered and can take work."""
 
     worker: bytes
 
 
-@dataclass(frozen=True)
-class WorkerExited:
+class WorkerExited(msgspec.Struct, frozen=True):
     worker: bytes
     reason: str
 
 
-@dataclass(frozen=True)
-class WorkerBlocked:
+class WorkerBlocked(msgspec.Struct, frozen=True):
     """A leased worker blocks in get/wait (`blocked`) or resumes."""
 
     worker: bytes
     blocked: bool
 
 
-@dataclass(frozen=True)
-class WorkerWanted:
+class WorkerWanted(msgspec.Struct, frozen=True):
     """The actor shell wants a worker for `token` (answered by HandWorker)."""
 
     token: int
 
 
-@dataclass(frozen=True)
-class WorkerGivenBack:
+class WorkerGivenBack(msgspec.Struct, frozen=True):
     """A worker handed out that was not used (its actor died before it started)."""
 
     worker: bytes
 
 
-@dataclass(frozen=True)
-class OwnerDied:
+class OwnerDied(msgspec.Struct, frozen=True):
     """A driver or worker that may hold leases here is gone."""
 
     owner: str
 
 
-@dataclass(frozen=True)
-class PeerDied:
+class PeerDied(msgspec.Struct, frozen=True):
     """Another node died or left: leases forwarded to it or from it are settled."""
 
     address: str
@@ -127,8 +119,7 @@ class PeerDied:
     why: str
 
 
-@dataclass(frozen=True)
-class RemoteLeaseState:
+class RemoteLeaseState(msgspec.Struct, frozen=True):
     """The node a lease was forwarded to says it granted it (`granted`) or is done with it;
     `unknown`: asked again, it has no record of it (it dropped it, e.g. when it wrongly took
     this node for dead, or passed it on to a node that died), so nobody may ever answer the
@@ -140,24 +131,21 @@ class RemoteLeaseState:
     unknown: bool = False
 
 
-@dataclass(frozen=True)
-class ForwardSent:
+class ForwardSent(msgspec.Struct, frozen=True):
     """The shell sent a ForwardLease to `address`."""
 
     lease_id: bytes
     address: str
 
 
-@dataclass(frozen=True)
-class ForwardFailed:
+class ForwardFailed(msgspec.Struct, frozen=True):
     """The node chosen for a forward is gone from the view: place it again here."""
 
     lease_id: bytes
     hops: int
 
 
-@dataclass(frozen=True)
-class ForwardRepeated:
+class ForwardRepeated(msgspec.Struct, frozen=True):
     """Origin node `origin` sent again a lease it forwarded here (it heard nothing back):
     say again what became of it."""
 
@@ -165,29 +153,25 @@ class ForwardRepeated:
     origin: str
 
 
-@dataclass(frozen=True)
-class LeaseEvicted:
+class LeaseEvicted(msgspec.Struct, frozen=True):
     """Its placement group was removed: the scheduler already freed it; its worker dies."""
 
     lease_id: bytes
 
 
-@dataclass(frozen=True)
-class Scheduled:
+class Scheduled(msgspec.Struct, frozen=True):
     """Decisions of the scheduler made elsewhere (actors, groups, gossip) to route."""
 
     decisions: tuple[Decision, ...]
 
 
-@dataclass(frozen=True)
-class Timer:
+class Timer(msgspec.Struct, frozen=True):
     """A timer set by SetTimer fired."""
 
     key: tuple[str, bytes]
 
 
-@dataclass(frozen=True)
-class NodeStopping:
+class NodeStopping(msgspec.Struct, frozen=True):
     """The node shuts down: workers that exit are not replaced."""
 
 
@@ -198,8 +182,7 @@ Event = Union[LeaseRequested, LeaseReturned, WorkerStarted, WorkerExited, Worker
 
 
 # -- actions ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Grant:
+class Grant(msgspec.Struct, frozen=True):
     """Tell the owner its lease runs on `worker` (and the origin, if forwarded)."""
 
     lease_id: bytes
@@ -210,8 +193,7 @@ class Grant:
     origin: str
 
 
-@dataclass(frozen=True)
-class RefuseLease:
+class RefuseLease(msgspec.Struct, frozen=True):
     """Tell the owner its request failed with `error` (and the origin that it is done)."""
 
     lease_id: bytes
@@ -221,16 +203,14 @@ class RefuseLease:
     origin: str
 
 
-@dataclass(frozen=True)
-class LeaseDone:
+class LeaseDone(msgspec.Struct, frozen=True):
     """Tell a forwarded lease's origin that it is done here."""
 
     lease_id: bytes
     origin: str
 
 
-@dataclass(frozen=True)
-class TellWorkerExited:
+class TellWorkerExited(msgspec.Struct, frozen=True):
     """Tell the owner its lease's worker (or the node holding it) died."""
 
     lease_id: bytes
@@ -239,16 +219,14 @@ class TellWorkerExited:
     reason: str
 
 
-@dataclass(frozen=True)
-class Revoke:
+class Revoke(msgspec.Struct, frozen=True):
     """Ask an owner to give back an idle lease: someone else's work waits."""
 
     lease_id: bytes
     owner: str
 
 
-@dataclass(frozen=True)
-class Warn:
+class Warn(msgspec.Struct, frozen=True):
     """Tell the owner its lease cannot be scheduled anywhere yet."""
 
     owner: str
@@ -256,48 +234,41 @@ class Warn:
     text: str
 
 
-@dataclass(frozen=True)
-class SpawnWorker:
+class SpawnWorker(msgspec.Struct, frozen=True):
     """Start one more worker process."""
 
 
-@dataclass(frozen=True)
-class KillWorker:
+class KillWorker(msgspec.Struct, frozen=True):
     worker: bytes
     sig: int
 
 
-@dataclass(frozen=True)
-class RetireWorker:
+class RetireWorker(msgspec.Struct, frozen=True):
     """Tell a worker that ran its max_calls to exit."""
 
     worker: bytes
 
 
-@dataclass(frozen=True)
-class HandWorker:
+class HandWorker(msgspec.Struct, frozen=True):
     """Give `worker` to the actor shell's `token`."""
 
     token: int
     worker: bytes
 
 
-@dataclass(frozen=True)
-class HandedWorkerDied:
+class HandedWorkerDied(msgspec.Struct, frozen=True):
     """A worker given to the actor shell died."""
 
     worker: bytes
     reason: str
 
 
-@dataclass(frozen=True)
-class SetTimer:
+class SetTimer(msgspec.Struct, frozen=True):
     delay: float
     key: tuple[str, bytes]
 
 
-@dataclass(frozen=True)
-class ForwardLease:
+class ForwardLease(msgspec.Struct, frozen=True):
     """Send the lease request to node `node_id` (the shell answers ForwardSent/Failed)."""
 
     lease_id: bytes
@@ -307,8 +278,7 @@ class ForwardLease:
     payload: Any
 
 
-@dataclass(frozen=True)
-class ReturnToRemote:
+class ReturnToRemote(msgspec.Struct, frozen=True):
     """Pass a return on to the node holding a lease we forwarded."""
 
     lease_id: bytes
@@ -317,8 +287,7 @@ class ReturnToRemote:
     retire: bool
 
 
-@dataclass(frozen=True)
-class FollowPassedOn:
+class FollowPassedOn(msgspec.Struct, frozen=True):
     """A return for a lease we do not hold: send it after it, if we passed it on."""
 
     lease_id: bytes
@@ -326,16 +295,14 @@ class FollowPassedOn:
     retire: bool
 
 
-@dataclass(frozen=True)
-class PassedOn:
+class PassedOn(msgspec.Struct, frozen=True):
     """We forwarded a lease that was forwarded to us: remember where it went."""
 
     lease_id: bytes
     address: str
 
 
-@dataclass(frozen=True)
-class TellOrigin:
+class TellOrigin(msgspec.Struct, frozen=True):
     """Tell the lease's origin node where it stands: granted to `worker`, or (None) done;
     `unknown`: this node has no record of it (see RemoteLeaseState)."""
 
@@ -345,8 +312,7 @@ class TellOrigin:
     unknown: bool = False
 
 
-@dataclass(frozen=True)
-class Decided:
+class Decided(msgspec.Struct, frozen=True):
     """A scheduler decision that is not about a lease (actors, groups): route it on."""
 
     decision: Decision

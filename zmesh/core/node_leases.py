@@ -13,10 +13,11 @@ peer deaths and timers, and carries out its actions through narrow ports.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections import deque
 from collections.abc import Iterable
+
+import msgspec
 
 from zmesh.core import node_lease_checks
 from zmesh.core.lease_records import (
@@ -226,7 +227,7 @@ class NodeLeases:
 
     # -- leases ----------------------------------------------------------------------------
     def _submit(self, lease: Lease, hops: int) -> list[Action]:
-        lease.request = dataclasses.replace(lease.request, hops=hops)
+        lease.request = msgspec.structs.replace(lease.request, hops=hops)
         try:
             decisions = self.scheduler.submit(lease.request)
         except Exception as exc:  # bad resources, unknown node: fail the request clearly
@@ -369,8 +370,8 @@ class NodeLeases:
             return out
         new_id = hashlib.blake2b(lease.lease_id, digest_size=len(lease.lease_id),
                                  person=b"zmesh-replace").digest()
-        again = dataclasses.replace(
-            lease, lease_id=new_id, request=dataclasses.replace(lease.request, work_id=new_id),
+        again = msgspec.structs.replace(
+            lease, lease_id=new_id, request=msgspec.structs.replace(lease.request, work_id=new_id),
             remote="", remote_granted=False, forwarded=None, quiet=False)
         self.leases[new_id] = again
         return out + self._submit(again, 0)

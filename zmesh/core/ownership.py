@@ -11,8 +11,9 @@ clock: the shell feeds events in (`handle`) and carries the actions out.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from zmesh.core.ownership_events import (
     Action,
@@ -47,8 +48,7 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class Record:
+class Record(msgspec.Struct):
     """Counts of one tracked object."""
 
     owner: str

@@ -7,7 +7,7 @@ exhaustively, and the machine's module stays about its rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 __all__ = [
     "Action",
@@ -36,53 +36,46 @@ __all__ = [
 
 
 # -- events ---------------------------------------------------------------------------------
-@dataclass(slots=True)
-class AddLocal:
+class AddLocal(msgspec.Struct):
     """A ref to `object_id` was made in this process (created, received or deserialized)."""
 
     object_id: bytes
     owner: str
 
 
-@dataclass(slots=True)
-class RemoveLocal:
+class RemoveLocal(msgspec.Struct):
     """A ref to `object_id` in this process was dropped."""
 
     object_id: bytes
 
 
-@dataclass(slots=True)
-class AddSubmitted:
+class AddSubmitted(msgspec.Struct):
     """Tasks that take these objects as arguments were submitted (one count each)."""
 
     object_ids: tuple[bytes, ...]
 
 
-@dataclass(slots=True)
-class RemoveSubmitted:
+class RemoveSubmitted(msgspec.Struct):
     """Those tasks finished (or the values holding the objects were freed)."""
 
     object_ids: tuple[bytes, ...]
 
 
-@dataclass(slots=True)
-class AddBorrower:
+class AddBorrower(msgspec.Struct):
     """Another process holds refs to these (owned) objects."""
 
     object_ids: tuple[bytes, ...]
     borrower: str
 
 
-@dataclass(slots=True)
-class RemoveBorrower:
+class RemoveBorrower(msgspec.Struct):
     """That process stopped holding them."""
 
     object_ids: tuple[bytes, ...]
     borrower: str
 
 
-@dataclass(slots=True)
-class BorrowerGone:
+class BorrowerGone(msgspec.Struct):
     """The process at `address` (or every one with ipc sockets under `prefix`) died: it
     borrows nothing any more."""
 
@@ -90,23 +83,20 @@ class BorrowerGone:
     prefix: str = ""
 
 
-@dataclass(slots=True)
-class Escaped:
+class Escaped(msgspec.Struct):
     """A ref left this process inside a return value: keep the object for its receiver."""
 
     object_ids: tuple[bytes, ...]
 
 
-@dataclass(slots=True)
-class HoldContained:
+class HoldContained(msgspec.Struct):
     """The value of owned `object_id` holds refs to `inner`: keep them while it lives."""
 
     object_id: bytes
     inner: tuple[bytes, ...]
 
 
-@dataclass(slots=True)
-class HoldBorrowed:
+class HoldBorrowed(msgspec.Struct):
     """Values `outer` (returns we got) hold `owner`'s objects `inner`: borrow them while
     the first of `outer` that we still track lives."""
 
@@ -115,15 +105,13 @@ class HoldBorrowed:
     owner: str
 
 
-@dataclass(slots=True)
-class ReadFailed:
+class ReadFailed(msgspec.Struct):
     """Reading the stored copy of `object_id` failed (the copy is gone)."""
 
     object_id: bytes
 
 
-@dataclass(slots=True)
-class OwnerNodeDied:
+class OwnerNodeDied(msgspec.Struct):
     """A node died: owners at `address` or with ipc sockets under `ipc_prefix` died too."""
 
     address: str
@@ -131,8 +119,7 @@ class OwnerNodeDied:
     why: str
 
 
-@dataclass(slots=True)
-class OwnerDied:
+class OwnerDied(msgspec.Struct):
     """The owner at `owner` (one process) died: seen by its silence while we awaited a value
     it owns. Its objects we borrow fail with `why`."""
 
@@ -140,15 +127,13 @@ class OwnerDied:
     why: str
 
 
-@dataclass(slots=True)
-class OwnerAnswered:
+class OwnerAnswered(msgspec.Struct):
     """`owner` answered a probe: it lives."""
 
     owner: str
 
 
-@dataclass(slots=True)
-class ProbeTimedOut:
+class ProbeTimedOut(msgspec.Struct):
     """`owner` did not answer a probe in time (timer event)."""
 
     owner: str
@@ -160,8 +145,7 @@ Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower |
 
 
 # -- actions --------------------------------------------------------------------------------
-@dataclass(slots=True)
-class Free:
+class Free(msgspec.Struct):
     """Nothing holds the object any more: free its copies (owned) or tell its owner we stop
     borrowing it; the objects in `held` were borrowed for its value and are released too."""
 
@@ -171,31 +155,27 @@ class Free:
     held: tuple[bytes, ...]
 
 
-@dataclass(slots=True)
-class RefuseBorrow:
+class RefuseBorrow(msgspec.Struct):
     """No outer value of a `HoldBorrowed` lives: tell `owner` we borrow none of `inner`."""
 
     inner: tuple[bytes, ...]
     owner: str
 
 
-@dataclass(slots=True)
-class FailBorrowed:
+class FailBorrowed(msgspec.Struct):
     """A borrowed object waiting for its value: its owner died, so it never comes."""
 
     object_id: bytes
     why: str
 
 
-@dataclass(slots=True)
-class ProbeOwner:
+class ProbeOwner(msgspec.Struct):
     """Ask `owner` whether it lives (and start the probe's timer)."""
 
     owner: str
 
 
-@dataclass(slots=True)
-class Verdict:
+class Verdict(msgspec.Struct):
     """What a failed read means: `owner_died` (with `why`) or only the copy was lost."""
 
     object_id: bytes

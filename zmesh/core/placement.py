@@ -9,8 +9,9 @@ does that atomically once it has an assignment.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal, get_args
+
+import msgspec
 
 from zmesh.core.resources import (
     EMPTY,
@@ -25,8 +26,7 @@ PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 STRATEGIES: tuple[str, ...] = get_args(PlacementStrategy)
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
+class Assignment(msgspec.Struct, frozen=True):
     """Bundle i goes to `nodes[i]`."""
 
     nodes: tuple[str, ...]
@@ -39,8 +39,7 @@ class Assignment:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Unplaceable:
+class Unplaceable(msgspec.Struct, frozen=True):
     """Why the bundles cannot be placed; `infeasible` when no amount of waiting helps."""
 
     reason: str

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from zmesh.errors import ObjectLostError
 
@@ -30,8 +31,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Begin:
+class Begin(msgspec.Struct, frozen=True):
     """Reserve `size` bytes for the object, then call `started` (or `abort` on failure)."""
 
     transfer_id: int
@@ -39,8 +39,7 @@ class Begin:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class RequestChunk:
+class RequestChunk(msgspec.Struct, frozen=True):
     """Ask `source` for `length` bytes of the object at `offset`."""
 
     source: str
@@ -50,8 +49,7 @@ class RequestChunk:
     length: int
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(msgspec.Struct, frozen=True):
     """Tell `source` the transfer is over there (`ok`: complete), so it drops its pin."""
 
     source: str
@@ -60,8 +58,7 @@ class Release:
     ok: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Complete:
+class Complete(msgspec.Struct, frozen=True):
     """Every byte is written: seal the copy and tell the waiters."""
 
     transfer_id: int
@@ -69,8 +66,7 @@ class Complete:
     waiters: tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Fail:
+class Fail(msgspec.Struct, frozen=True):
     """The pull cannot finish: drop the partial copy and give the waiters `error`."""
 
     transfer_id: int
@@ -82,8 +78,7 @@ class Fail:
 Action = Begin | RequestChunk | Release | Complete | Fail
 
 
-@dataclass(eq=False)
-class _Transfer:
+class _Transfer(msgspec.Struct, eq=False, dict=True):
     transfer_id: int
     object_id: bytes
     size: int
@@ -92,12 +87,12 @@ class _Transfer:
     started: bool = False
     source_index: int = 0
     next_offset: int = 0  # first byte never requested yet
-    redo: deque[int] = field(default_factory=deque)  # offsets to request again (new source)
-    outstanding: dict[int, int] = field(default_factory=dict)  # offset -> length
+    redo: deque[int] = msgspec.field(default_factory=deque)  # offsets to request again (new source)
+    outstanding: dict[int, int] = msgspec.field(default_factory=dict)  # offset -> length
     received: int = 0
     last_progress: float = 0.0
     stalls: int = 0  # consecutive stall timeouts on the current source
-    failures: list[str] = field(default_factory=list)
+    failures: list[str] = msgspec.field(default_factory=list)
 
     @property
     def source(self) -> str:

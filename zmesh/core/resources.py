@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 SCALE = 10_000
 """Fixed-point units per whole resource: 0.0001 is the smallest amount that can be asked for."""
@@ -178,13 +179,12 @@ def check_request_amounts(shape: ResourceSet, what: str) -> None:
             )
 
 
-@dataclass(slots=True)
-class NodeResources:
+class NodeResources(msgspec.Struct):
     """What one node advertises: its totals, what is free now, and its labels."""
 
     total: ResourceSet
     available: ResourceSet
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     @classmethod
     def of(

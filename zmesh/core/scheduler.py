@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
+
+import msgspec
 
 from zmesh.core.bundles import BundleTable
 from zmesh.core.cluster_view import ClusterView
@@ -383,7 +384,7 @@ class LocalScheduler(GroupScheduling):
     def _forward(self, work: QueuedWork, node: NodeId, *, count: bool = True) -> Forward:
         if count:
             self._cluster.charge(node, work.place)
-        req = replace(work.req, hops=work.req.hops + 1)
+        req = msgspec.structs.replace(work.req, hops=work.req.hops + 1)
         return Forward(req.work_id, node, req)
 
     def _enqueue(self, work: QueuedWork, target: Target, reason: str = "") -> Pending:

@@ -8,8 +8,9 @@ reserve bundles on another node). Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Literal, Union
+
+import msgspec
 
 from zmesh.core.resources import ResourceSet
 from zmesh.errors import ZmeshError
@@ -19,26 +20,22 @@ NodeId = str
 PlacementGroupId = str
 
 
-@dataclass(frozen=True, slots=True)
-class DefaultStrategy:
+class DefaultStrategy(msgspec.Struct, frozen=True):
     """Run on the local node if it fits now, else on the node holding most argument bytes."""
 
 
-@dataclass(frozen=True, slots=True)
-class SpreadStrategy:
+class SpreadStrategy(msgspec.Struct, frozen=True):
     """Round-robin over the nodes that fit ("SPREAD")."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeAffinity:
+class NodeAffinity(msgspec.Struct, frozen=True):
     """Run on `node_id`; hard: fail if it is dead or unknown; soft: prefer it, else anywhere."""
 
     node_id: NodeId
     soft: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class PlacementGroupTarget:
+class PlacementGroupTarget(msgspec.Struct, frozen=True):
     """Run inside bundle `bundle_index` of placement group `pg_id` (-1: any of its bundles)."""
 
     pg_id: PlacementGroupId
@@ -59,8 +56,7 @@ _EMPTY_LOCALITY: Mapping[NodeId, int] = {}
 _EMPTY_LABELS: Mapping[str, str] = {}
 
 
-@dataclass(slots=True)
-class Request:
+class Request(msgspec.Struct):
     """One task or actor to place.
 
     `resources` is what the work holds while it runs; None means Ray's default: a task holds
@@ -76,8 +72,8 @@ class Request:
     resources: Mapping[str, float] | ResourceSet | None = None
     placement_resources: Mapping[str, float] | ResourceSet | None = None
     strategy: Strategy | Literal["DEFAULT", "SPREAD"] = DEFAULT
-    arg_locality: Mapping[NodeId, int] = field(default_factory=lambda: _EMPTY_LOCALITY)
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
+    arg_locality: Mapping[NodeId, int] = msgspec.field(default_factory=lambda: _EMPTY_LOCALITY)
+    labels: Mapping[str, str] = msgspec.field(default_factory=lambda: _EMPTY_LABELS)
     name: str = ""
     hops: int = 0
 
@@ -86,8 +82,7 @@ class Request:
         return f"{self.kind} {self.name!r}" if self.name else f"{self.kind} {self.work_id.hex()}"
 
 
-@dataclass(frozen=True, slots=True)
-class Dispatch:
+class Dispatch(msgspec.Struct, frozen=True):
     """Run the work on this node now, holding `resources`, with these GPU ids (for
     CUDA_VISIBLE_DEVICES), inside `bundle` (pg_id, index) when it belongs to a placement group."""
 
@@ -97,8 +92,7 @@ class Dispatch:
     bundle: tuple[PlacementGroupId, int] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Forward:
+class Forward(msgspec.Struct, frozen=True):
     """Send `request` (hops already counted) to node `node_id`, whose scheduler submits it."""
 
     work_id: WorkId
@@ -106,16 +100,14 @@ class Forward:
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(msgspec.Struct, frozen=True):
     """The work waits on this node for resources it can get here eventually."""
 
     work_id: WorkId
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Infeasible:
+class Infeasible(msgspec.Struct, frozen=True):
     """No live node can ever fit the work; it stays queued in case a node joins.
 
     `missing` holds (resource, need, largest amount any node has), as floats.
@@ -126,24 +118,21 @@ class Infeasible:
     missing: tuple[tuple[str, float, float], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(msgspec.Struct, frozen=True):
     """The work can never be scheduled; the runtime fails it with `error`."""
 
     work_id: WorkId
     error: ZmeshError
 
 
-@dataclass(frozen=True, slots=True)
-class LookupPlacementGroup:
+class LookupPlacementGroup(msgspec.Struct, frozen=True):
     """Work names a placement group this node does not know: find where its bundles are
     and tell the scheduler with `note_placement_group`."""
 
     pg_id: PlacementGroupId
 
 
-@dataclass(frozen=True, slots=True)
-class PGReady:
+class PGReady(msgspec.Struct, frozen=True):
     """Every bundle is reserved; bundle i lives on `nodes[i]`."""
 
     pg_id: PlacementGroupId
@@ -151,8 +140,7 @@ class PGReady:
     rescheduled: bool = False  # ready again after a node holding some bundles died
 
 
-@dataclass(frozen=True, slots=True)
-class PGRescheduling:
+class PGRescheduling(msgspec.Struct, frozen=True):
     """A node holding bundles `lost` died: the group is RESCHEDULING until they are placed
     again on live nodes (then PGReady with rescheduled=True)."""
 
@@ -161,32 +149,28 @@ class PGRescheduling:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class PGPending:
+class PGPending(msgspec.Struct, frozen=True):
     """The group fits the cluster's totals but not what is free now; it is retried."""
 
     pg_id: PlacementGroupId
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class PGInfeasible:
+class PGInfeasible(msgspec.Struct, frozen=True):
     """The group fits no arrangement of the live nodes' totals; it waits for nodes to join."""
 
     pg_id: PlacementGroupId
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class PGRemoved:
+class PGRemoved(msgspec.Struct, frozen=True):
     """The group's bundles on this node are released; kill the work in `affected_work_ids`."""
 
     pg_id: PlacementGroupId
     affected_work_ids: tuple[WorkId, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PGPrepare:
+class PGPrepare(msgspec.Struct, frozen=True):
     """Ask `node_id` to reserve these bundles (index -> amounts) for attempt `attempt`:
     call its `prepare_bundles` and route the answer back to `on_bundles_prepared` here."""
 
@@ -196,8 +180,7 @@ class PGPrepare:
     bundles: dict[int, dict[str, float]]
 
 
-@dataclass(frozen=True, slots=True)
-class BundlesPrepared:
+class BundlesPrepared(msgspec.Struct, frozen=True):
     """A node's answer to PGPrepare, for the coordinating node's `on_bundles_prepared`."""
 
     pg_id: PlacementGroupId
@@ -207,8 +190,7 @@ class BundlesPrepared:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class PGCommit:
+class PGCommit(msgspec.Struct, frozen=True):
     """Tell `node_id` its prepared bundles are in use: call its `commit_bundles(pg_id, nodes,
     bundles)`; bundle i (amounts `bundles[i]`) lives on `nodes[i]`."""
 
@@ -218,16 +200,14 @@ class PGCommit:
     bundles: tuple[dict[str, float], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PGAbort:
+class PGAbort(msgspec.Struct, frozen=True):
     """Tell `node_id` to drop the bundles it prepared for a failed attempt (`abort_bundles`)."""
 
     pg_id: PlacementGroupId
     node_id: NodeId
 
 
-@dataclass(frozen=True, slots=True)
-class PGRelease:
+class PGRelease(msgspec.Struct, frozen=True):
     """Tell `node_id` to drop its bundles of the group (`remove_placement_group` there)."""
 
     pg_id: PlacementGroupId
@@ -254,8 +234,7 @@ Decision = Union[
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class PendingInfo:
+class PendingInfo(msgspec.Struct, frozen=True):
     """One waiting piece of work, for `zmesh status` and driver warnings."""
 
     work_id: WorkId
@@ -265,8 +244,7 @@ class PendingInfo:
     infeasible: bool
 
 
-@dataclass(frozen=True, slots=True)
-class PlacementGroupInfo:
+class PlacementGroupInfo(msgspec.Struct, frozen=True):
     """A placement group this node coordinates: its state and, when waiting, why."""
 
     pg_id: PlacementGroupId

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+import msgspec
 
 PIPELINE_DEPTH = 4
 MAX_LEASE_REQUESTS = 16
@@ -25,8 +26,7 @@ class TaskState(Enum):
     INFLIGHT = "inflight"
 
 
-@dataclass(slots=True)
-class TaskEntry:
+class TaskEntry(msgspec.Struct):
     key: Hashable
     max_retries: int
     attempt: int = 0
@@ -38,20 +38,18 @@ class TaskEntry:
         return self.max_retries < 0 or self.attempt < self.max_retries
 
 
-@dataclass(slots=True)
-class ShapeQueue:
+class ShapeQueue(msgspec.Struct):
     depth: int
     max_calls: int
-    ready: deque[bytes] = field(default_factory=deque)
-    leases: list[bytes] = field(default_factory=list)
+    ready: deque[bytes] = msgspec.field(default_factory=deque)
+    leases: list[bytes] = msgspec.field(default_factory=list)
     requesting: int = 0
 
 
-@dataclass(slots=True)
-class LeaseEntry:
+class LeaseEntry(msgspec.Struct):
     key: Hashable
     worker: str
-    inflight: dict[bytes, None] = field(default_factory=dict)  # in the order sent
+    inflight: dict[bytes, None] = msgspec.field(default_factory=dict)  # in the order sent
     calls: int = 0
     stamp: int = 0  # bumped by every task sent: an idle timer armed before is stale
     armed: bool = False  # an idle timer is pending

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
+
+import msgspec
 
 from zmesh.errors import HandshakeError
 from zmesh.protocol.messages.base import Message
@@ -125,8 +126,7 @@ def expect_welcome(reply: Message, *, protocol_version: int = PROTOCOL_VERSION) 
     return reply
 
 
-@dataclass(frozen=True, slots=True)
-class Peer:
+class Peer(msgspec.Struct, frozen=True):
     """A peer whose Hello was accepted."""
 
     sender: str

@@ -8,8 +8,9 @@ A peer can make a receiver allocate up to these sizes, so they are deliberately 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -32,8 +33,7 @@ MAX_MESSAGE_BYTES: Final[int] = 256 << 20
 _ENV_MAX_MESSAGE_BYTES: Final[str] = "ZMESH_MAX_MESSAGE_BYTES"
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     """The limits one pack or unpack enforces; every value must be a positive int."""
 
     max_header_bytes: int = MAX_HEADER_BYTES

@@ -12,7 +12,8 @@ import bisect
 import errno
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from zmesh.errors import ObjectStoreFullError
 
@@ -27,8 +28,7 @@ def round_up(size: int, align: int = PAGE_SIZE) -> int:
     return -(-size // align) * align
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(msgspec.Struct, frozen=True):
     """Where an object's bytes lie: a segment file of the node's store directory, an offset
     (a multiple of PAGE_SIZE) and the object's exact size. Plain fields, so it travels in
     msgspec and pickle messages unchanged."""
@@ -140,8 +140,7 @@ class FreeListAllocator:
         return dict(self._allocated)
 
 
-@dataclass
-class _Segment:
+class _Segment(msgspec.Struct, dict=True):
     name: str
     path: str
     size: int

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from zmesh.core.hashring import DEFAULT_VNODES
 from zmesh.protocol.messages.control import KvRecord, OpId
@@ -31,8 +32,7 @@ WRITER_WINDOW = 8
 """How many recent writers of a key are remembered to recognise a resent write."""
 
 
-@dataclass(frozen=True, slots=True)
-class StoreConfig:
+class StoreConfig(msgspec.Struct, frozen=True):
     """Tuning of one control store member; times are seconds on the caller's clock."""
 
     replication: int = 3

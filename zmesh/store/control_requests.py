@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from zmesh.core.hashring import HashRing
 from zmesh.protocol.messages.base import Message
@@ -42,8 +43,7 @@ class Router(Protocol):
     def view(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+class Completion(msgspec.Struct, frozen=True):
     """The result of one request: `op` is 'get', 'put', 'delete' or 'list'.
 
     `version` is the key's version after a put or delete, its current one otherwise
@@ -64,8 +64,7 @@ class Completion:
         return self.status is KvStatus.OK
 
 
-@dataclass(slots=True)
-class _Pending:
+class _Pending(msgspec.Struct):
     op: str
     key: str
     message: KvGet | KvPut | KvDelete | KvList
@@ -73,7 +72,7 @@ class _Pending:
     resend_at: float = 0.0
     target: str | None = None
     list_members: frozenset[str] = frozenset()
-    list_parts: dict[str, list[KvRecord]] = field(default_factory=dict)
+    list_parts: dict[str, list[KvRecord]] = msgspec.field(default_factory=dict)
 
 
 class RequestTable:

@@ -38,7 +38,8 @@ import heapq
 import logging
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from zmesh.core.hashring import HashRing
 from zmesh.protocol.messages.control import (
@@ -77,8 +78,7 @@ __all__ = ["ControlStore", "StoreConfig", "Completion", "Notification", "KvStatu
 
 logger = logging.getLogger(__name__)
 
-@dataclass(slots=True)
-class _Write:
+class _Write(msgspec.Struct):
     record: KvRecord
     prev: KvRecord | None  # the committed record reads return until this one is acknowledged
     client: str
@@ -87,10 +87,9 @@ class _Write:
     resend_at: float
 
 
-@dataclass(slots=True)
-class _Incoming:
+class _Incoming(msgspec.Struct):
     parts: int = 0
-    received: set[int] = field(default_factory=set)
+    received: set[int] = msgspec.field(default_factory=set)
 
 
 class ControlStore(ControlClientCalls):

@@ -17,7 +17,7 @@ arrives can then only be reported with `skipped`, so subscribe through a member.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from zmesh.core.hashring import HashRing
 from zmesh.protocol.messages.control import (
@@ -33,8 +33,7 @@ from zmesh.store.control_requests import Outbox
 __all__ = ["Notification", "WatchTable", "watch_matches"]
 
 
-@dataclass(frozen=True, slots=True)
-class Notification:
+class Notification(msgspec.Struct, frozen=True):
     """One change of a watched key. `value` None means the key was deleted.
 
     `initial` marks the current value reported when a subscription starts; `skipped` counts
@@ -58,20 +57,19 @@ def watch_matches(watch: WatchState, key: str) -> bool:
     return key.startswith(watch.target) if watch.prefix else key == watch.target
 
 
-@dataclass(slots=True)
-class _Sub:
+class _Sub(msgspec.Struct):
     sub_id: int
     target: str
     prefix: bool
-    last_seen: dict[str, int] = field(default_factory=dict)
+    last_seen: dict[str, int] = msgspec.field(default_factory=dict)
     established: bool = False  # every primary's first snapshot has arrived
-    awaiting: set[str] = field(default_factory=set)  # primaries whose snapshot is missing
+    awaiting: set[str] = msgspec.field(default_factory=set)  # primaries whose snapshot is missing
     view: int = 0  # the view `awaiting` belongs to
     resend_at: float = 0.0
     resync_at: float = 0.0
-    buffer: dict[str, dict[int, KvRecord]] = field(default_factory=dict)
-    gap_since: dict[str, float] = field(default_factory=dict)
-    early: list[KvRecord] = field(default_factory=list)  # changes seen before established
+    buffer: dict[str, dict[int, KvRecord]] = msgspec.field(default_factory=dict)
+    gap_since: dict[str, float] = msgspec.field(default_factory=dict)
+    early: list[KvRecord] = msgspec.field(default_factory=list)  # changes seen before established
 
 
 class WatchTable:

@@ -13,7 +13,8 @@ import os
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.store.arena import Arena, Location, round_up
@@ -26,8 +27,7 @@ __all__ = ["Location", "ObjectStore", "StoreStats"]
 _MAX_ID_LEN = 64
 
 
-@dataclass(frozen=True)
-class StoreStats:
+class StoreStats(msgspec.Struct, frozen=True):
     """A snapshot of the store: bytes are page-rounded where they count arena space."""
 
     capacity: int
@@ -43,8 +43,7 @@ class StoreStats:
     evicted_count: int
 
 
-@dataclass(eq=False)
-class _Entry:
+class _Entry(msgspec.Struct, eq=False, dict=True):
     object_id: bytes
     size: int
     owner: str
@@ -52,7 +51,7 @@ class _Entry:
     sealed: bool = False
     secondary: bool = False
     freed: bool = False  # freed while pinned: its space goes back at the last unpin
-    pins: dict[str, int] = field(default_factory=dict)
+    pins: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class ObjectStore:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 
-@dataclass
-class PlacementGroupSchedulingStrategy:
+
+class PlacementGroupSchedulingStrategy(msgspec.Struct, dict=True):
     """Run inside `placement_group`, in bundle `placement_group_bundle_index` (-1: any)."""
 
     placement_group: Any
@@ -15,8 +15,7 @@ class PlacementGroupSchedulingStrategy:
     placement_group_capture_child_tasks: bool | None = None
 
 
-@dataclass
-class NodeAffinitySchedulingStrategy:
+class NodeAffinitySchedulingStrategy(msgspec.Struct, dict=True):
     """Run on `node_id`; soft=True falls back to other nodes when it cannot."""
 
     node_id: str

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from zmesh.core.actor_lifecycle import ActorLifecycle
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.node import group_table
@@ -33,8 +35,7 @@ class ActorEntry:
         self.life = ActorLifecycle(self.spec.max_restarts, self.restarts)
 
 
-@dataclass(eq=False)
-class GroupEntry:
+class GroupEntry(msgspec.Struct, eq=False, dict=True):
     pg_id: str
     bundles: list[dict[str, float]]
     strategy: str
@@ -43,6 +44,6 @@ class GroupEntry:
     state: str = "pending"
     reason: str = ""
     detached: bool = False
-    created_at: float = field(default_factory=group_table.now)
+    created_at: float = msgspec.field(default_factory=group_table.now)
     ready_at: float = 0.0
     attempts: int = 1

@@ -40,8 +40,8 @@ class NodeAnswers:
             "leases": len(self.node.leases),
             "workers": len(self.node.workers), "idle_workers": self.node.lease_shell.idle_count(),
             "actors": sum(1 for e in self.node.actors.actors.values() if e.state == "alive"),
-            "store": {k: getattr(st, k) for k in st.__dataclass_fields__},
-            "transfer": {k: getattr(ts, k) for k in ts.__dataclass_fields__},
+            "store": {k: getattr(st, k) for k in st.__struct_fields__},
+            "transfer": {k: getattr(ts, k) for k in ts.__struct_fields__},
             "messages_received": self.node.loop.received,
             "refused_connections": peers.counts() if peers is not None else {},
             "resources": self.node.scheduler.total(), "available": self.node.scheduler.available(),
@@ -104,7 +104,7 @@ class NodeAnswers:
                      ("forwarded" if le.remote else "pending")} for le in self.node.leases.values()]
         if what == "store":
             st = self.node.store.stats()
-            return {k: getattr(st, k) for k in st.__dataclass_fields__}
+            return {k: getattr(st, k) for k in st.__struct_fields__}
         if what in OPS_QUERIES:
             return self.node.ops.answer(what, arg, self._actor_pid)
         if what == "metrics":
@@ -115,7 +115,7 @@ class NodeAnswers:
                                 for c in self.node.clients.values()]}
         if what == "transfer":
             ts = self.node.objects.transfer.stats()
-            return {k: getattr(ts, k) for k in ts.__dataclass_fields__}
+            return {k: getattr(ts, k) for k in ts.__struct_fields__}
         return self.node.actors.answer(what, arg)
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages.base import Message
@@ -32,8 +33,7 @@ MAX_CHUNK_BYTES = 64 << 20
 Send = Callable[[str, Message, Sequence[Any]], bool]
 
 
-@dataclass(eq=False)
-class _Session:
+class _Session(msgspec.Struct, eq=False, dict=True):
     object_id: bytes
     view: memoryview
     last_used: float

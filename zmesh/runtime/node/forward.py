@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -29,8 +28,7 @@ logger = logging.getLogger("zmesh.node")
 PASSED_ON_LIMIT = 4096  # leases remembered after passing them on
 
 
-@dataclass(frozen=True)
-class ForwardPorts:
+class ForwardPorts(msgspec.Struct, frozen=True):
     """What the forwarder may do to the rest of its node (no `Node` of its own)."""
 
     send: Callable[[str, Any], Any]  # (address, message)

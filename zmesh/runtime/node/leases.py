@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from zmesh.core import lease_records, node_leases
 from zmesh.core import node_lease_events as nl
@@ -23,8 +24,7 @@ from zmesh.runtime.node.worker_pool import WorkerInfo
 from zmesh.runtime.strategies import decode_strategy
 
 
-@dataclass(frozen=True)
-class LeasePorts:
+class LeasePorts(msgspec.Struct, frozen=True):
     """What the lease shell may do to the world, and nothing else."""
 
     send: Callable[..., Any]  # (address, message)

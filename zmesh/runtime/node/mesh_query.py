@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -29,12 +28,11 @@ MESH_QUERIES = {"placement_groups": "placement_groups_local", "actors_mesh": "ac
 """Mesh-wide query -> the query each node answers for its own part."""
 
 
-@dataclass
-class _Gather:
+class _Gather(msgspec.Struct, dict=True):
     caller: str
     request_id: int
     waiting: set[int]
-    table: dict[str, Any] = field(default_factory=dict)
+    table: dict[str, Any] = msgspec.field(default_factory=dict)
     done: bool = False
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from zmesh.core.pull_manager import (
     Action,
@@ -48,8 +49,7 @@ TRANSFER_OWNER = "zmesh-transfer"
 """The store owner of regions being filled by pulls (`release_client` drops them all)."""
 
 
-@dataclass(frozen=True)
-class TransferStats:
+class TransferStats(msgspec.Struct, frozen=True):
     """Counters of one node's transfers, both directions."""
 
     active_pulls: int

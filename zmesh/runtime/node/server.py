@@ -11,8 +11,9 @@ import os
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from zmesh.core import node_lease_events as nl
 from zmesh.core.lease_records import Lease
@@ -60,8 +61,7 @@ logger = logging.getLogger("zmesh.node")
 LIVENESS_PERIOD_S = 0.25
 
 
-@dataclass(eq=False)
-class ClientInfo:
+class ClientInfo(msgspec.Struct, eq=False, dict=True):
     address: str
     kind: str
     pid: int

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from zmesh.errors import ObjectStoreFullError
 from zmesh.protocol.messages import runtime as m
@@ -24,8 +25,7 @@ ALLOC_WAIT_S = 1.0
 """How long an allocation waits for readers to give back pins before it fails."""
 
 
-@dataclass(frozen=True)
-class RoomPorts:
+class RoomPorts(msgspec.Struct, frozen=True):
     send: Callable[..., Any]  # (address, message)
     call_later: Callable[[float, Callable[[], None]], Any]
     clock: Callable[[], float]

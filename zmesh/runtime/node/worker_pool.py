@@ -13,8 +13,9 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from zmesh.runtime.node import zygote
 from zmesh.runtime.node.zygote import RecordReader, write_record
@@ -53,8 +54,7 @@ def fork_server_early(node_address: str, session_dir: str) -> None:
     _early = (pid, sock, node_address)
 
 
-@dataclass(eq=False)
-class WorkerInfo:
+class WorkerInfo(msgspec.Struct, eq=False, dict=True):
     """A worker process as its node tracks it."""
 
     worker_id: bytes
@@ -64,7 +64,7 @@ class WorkerInfo:
     lease_id: bytes = b""
     actor_id: bytes = b""
     env_key: tuple[tuple[str, str], ...] = ()
-    waiters: list[Callable[[WorkerInfo], None]] = field(default_factory=list)
+    waiters: list[Callable[[WorkerInfo], None]] = msgspec.field(default_factory=list)
 
 
 class WorkerPool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -55,8 +54,7 @@ DEATH_GRACE_S = 1.0
 """How long calls out to an actor reported dead wait for answers already on their way."""
 
 
-@dataclass(eq=False, slots=True)
-class Call:
+class Call(msgspec.Struct, eq=False):
     """What the shell keeps of one call until it completes: the message is built at send."""
 
     rec: ActorRecord
@@ -70,8 +68,7 @@ class Call:
     parent: bytes = b""  # the task that made the call (cancel(recursive=True) follows it)
 
 
-@dataclass(eq=False)
-class ActorRecord:
+class ActorRecord(msgspec.Struct, eq=False, dict=True):
     """What a caller knows of one actor beyond the ordering core's state."""
 
     actor_id: bytes
@@ -82,7 +79,7 @@ class ActorRecord:
     resolving: int = 0  # calls whose arguments resolve before they are numbered (unordered)
     killing: bool = False  # this caller asked for a kill without restart, not yet applied
     out_of_scope: bool = False  # its last handle went: it ends once our calls complete
-    ctor_refs: list[Any] = field(default_factory=list)  # constructor ref arguments, held
+    ctor_refs: list[Any] = msgspec.field(default_factory=list)  # constructor ref arguments, held
     unordered: bool = False  # threaded or async: calls need not run in submission order
     killed_incarnation: int = -1  # an "alive" for it is stale news
     incarnation: int = -1

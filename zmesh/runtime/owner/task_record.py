@@ -3,8 +3,9 @@ what a result or a failure of the core means for it (`retryable`, `failure`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.task_owner_events import Fail, Reason
@@ -20,8 +21,7 @@ _FIRST_RETURN = IdGen.object_id(b"", 0)  # the suffix of a task's first return's
 PENDING = m.Value()  # an argument the worker resolves itself (it made it, or asks the owner)
 
 
-@dataclass(eq=False)
-class Task:
+class Task(msgspec.Struct, eq=False, dict=True):
     """One task as its owner tracks it, from submission to its last result."""
 
     task_id: bytes
@@ -39,8 +39,8 @@ class Task:
     retry_exceptions: Any
     env_vars: dict[str, str]
     attempt: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-    ref_values: list[m.Value | None] = field(default_factory=list)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    ref_values: list[m.Value | None] = msgspec.field(default_factory=list)
     unresolved: int = 0
     done: bool = False
     force_cancel: bool = False  # how a cancel asks its worker
