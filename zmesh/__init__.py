@@ -4,7 +4,8 @@ A Ray Core program runs with `import zmesh as ray`: the same names and semantics
 
 A node process (started with ZMESH_LAZY_IMPORT=1) loads the public names on first use, so
 that it starts without importing the whole API; everyone else gets them at `import zmesh`,
-so `init()` does not pay for the imports.
+so `init()` does not pay for the imports. The runtime's client is not among them: `init()`
+imports it while its node process starts, when the driver would otherwise wait idle.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from zmesh.options import validate_namespace
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import RemoteFunction
 from zmesh.runtime import context
-from zmesh.runtime.owner.client import CoreClient
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -63,10 +62,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             proc, node_address, session_dir = start_node(
                 num_cpus=float(os.cpu_count() or 1) if num_cpus is None else float(num_cpus),
                 num_gpus=float(num_gpus or 0), resources=dict(resources or {}),
-                object_store_memory=int(object_store_memory or 0))
+                object_store_memory=int(object_store_memory or 0),
+                while_starting=_import_client)
         else:
             node_address, session_dir = _resolve_address(address)
             _authenticate(address, node_address, token)
+        from zmesh.runtime.owner.client import CoreClient
+
         client = CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
         client.namespace = namespace or "default"
         client.default_env = dict((runtime_env or {}).get("env_vars") or {})
@@ -95,6 +97,12 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             atexit.register(shutdown)
             _state["atexit"] = True
         return dict(_state["info"])
+
+
+def _import_client() -> None:
+    """Import the runtime's client (`import zmesh` leaves it out: a program that never calls
+    init() does not pay for it); init() does it while its node process starts."""
+    import zmesh.runtime.owner.client  # noqa: F401
 
 
 def _auto_init() -> None:

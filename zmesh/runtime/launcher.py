@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from zmesh.errors import ZmeshError
@@ -73,9 +74,13 @@ def sweep_dead_sessions(root: str, *, min_age_s: float = 30.0) -> list[str]:
 
 
 def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
-               object_store_memory: int, env_vars: dict[str, str] | None = None
+               object_store_memory: int, env_vars: dict[str, str] | None = None,
+               while_starting: Callable[[], object] | None = None,
                ) -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start a node process; returns (process, node address, session dir) once it is bound."""
+    """Start a node process; returns (process, node address, session dir) once it is bound.
+
+    `while_starting` runs here while the node process starts (the driver imports its client
+    meanwhile instead of waiting idle); if it raises, the node is stopped."""
     sweep_dead_sessions(session_root())
     session_dir = new_session_dir()
     env = dict(os.environ)
@@ -90,6 +95,13 @@ def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
            str(object_store_memory), "--parent-pid", str(os.getpid())]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
+    if while_starting is not None:
+        try:
+            while_starting()
+        except BaseException:
+            proc.stdout.close()
+            stop_node(proc, session_dir)
+            raise
     line = proc.stdout.readline().decode()
     if not line.startswith("ZMESH-NODE-READY"):
         proc.kill()

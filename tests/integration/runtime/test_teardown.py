@@ -203,3 +203,19 @@ def test_workers_never_outlive_their_fork_server(no_zmesh_leaks):
     assert wait_until(lambda: not worker.is_running() or
                       worker.status() == psutil.STATUS_ZOMBIE, timeout=10)
     zmesh.shutdown()
+
+
+def test_a_driver_that_fails_while_its_node_starts_leaves_no_node_behind(tmp_path):
+    from zmesh.runtime.launcher import start_node
+
+    seen: list[psutil.Process] = []
+
+    def fail() -> None:
+        seen.extend(psutil.Process().children())
+        raise RuntimeError("the client's import failed")
+
+    with pytest.raises(RuntimeError, match="the client's import failed"):
+        start_node(num_cpus=1, num_gpus=0, resources={}, object_store_memory=0,
+                   while_starting=fail)
+    assert seen, "no node process was started"
+    assert wait_until(lambda: all_gone(seen)), "the node outlived the failed start"

@@ -1,0 +1,19 @@
+"""`import zmesh` loads the public API, not the runtime: init() imports the client while its
+node process starts, so a program pays for it once and a node or tool never does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+RUNTIME_ONLY = ("zmesh.runtime.owner.client", "zmesh.runtime.owner.submit",
+                "zmesh.runtime.owner.actor_calls", "zmesh.runtime.loop", "zmq")
+
+
+def test_import_zmesh_leaves_the_runtime_client_and_zmq_out() -> None:
+    code = ("import json, sys, zmesh; zmesh.remote; zmesh.get; zmesh.ObjectRef; "
+            f"print(json.dumps([m for m in {list(RUNTIME_ONLY)!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert json.loads(out.stdout) == []
