@@ -2,8 +2,8 @@
 
 One 2-rank process group per producer, formed on first use (a `tensor_pair` query to the
 producer, then a rendezvous in the mesh's KV) and reused after; requests on one pair are
-serialized (threads of one process share it). A transfer is: every receive posted, then
-the key (with the tensors' sizes) over the group; a status and the tensors back, in one go.
+serialized (threads of one process share it). A transfer is: every receive posted and the
+key (with the tensors' sizes) sent over the group; a status and the tensors back, in one go.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
     buffers (on `device`; large host ones from the warm pool); TensorTransportError when the
     producer died or freed them.
 
-    One hop before the data: every receive (tensors and status) is posted before the request
-    goes out, so the producer's sends land straight in place as soon as it has read the key.
+    One hop before the data: with gloo every receive (status and tensors) is posted before
+    the request goes out, so the producer's sends land straight in place; with NCCL the
+    request goes first (a pair's operations run in order on one CUDA stream).
     Even for a freed key every receive is matched (with zeros), so the pair stays usable.
     """
     import torch
@@ -68,8 +69,8 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             pair = _pairs.get((address, backend))
             if pair is None:
                 pair = _pairs[(address, backend)] = _Pair(address, backend)
-        out = [_empty(shape, getattr(torch, dtype), device) for shape, dtype in metas]
-        sizes = [t.nbytes for t in out]
+        dtypes = [getattr(torch, dtype) for _, dtype in metas]
+        sizes = [_numel(shape) * dt.itemsize for (shape, _), dt in zip(metas, dtypes)]
         more = p.extra_sizes(sizes)
         if more is not None:
             more = more.to(pair.ctl)
@@ -78,11 +79,16 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             request, status = pair.request_sent, pair.status
             if request is not pair.request:
                 request.copy_(pair.request)
-            done = pair.pg.recv([status], 0, p.TAG_STATUS)
-            works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
-            sent = [pair.pg.send([request], 0, p.TAG_REQUEST)]
-            if more is not None:
-                sent.append(pair.pg.send([more], 0, p.TAG_SIZES))
+            if backend == "nccl":
+                # one CUDA stream runs a pair's sends and receives in order: a receive
+                # queued ahead of the request would wait forever for the answer to it
+                sent = _ask(pair, request, more)
+                out, done, works = _post(pair, metas, dtypes, device, status)
+            else:
+                # gloo: every receive is posted before the request goes out, so the
+                # producer's sends find them and land straight in place
+                out, done, works = _post(pair, metas, dtypes, device, status)
+                sent = _ask(pair, request, more)
             # the producer sends the status, then the tensors in order, over one connection:
             # waiting for the last receive first wakes this thread once, when all is in
             for work in reversed(works):
@@ -107,6 +113,30 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
         raise TensorTransportError(
             f"tensors of {producer} cannot be fetched: the producer died or stopped "
             f"answering ({type(exc).__name__}: {exc})") from exc
+
+
+def _ask(pair: _Pair, request: Any, more: Any) -> list[Any]:
+    """Send the request (and the sizes behind it, when many)."""
+    sent = [pair.pg.send([request], 0, p.TAG_REQUEST)]
+    if more is not None:
+        sent.append(pair.pg.send([more], 0, p.TAG_SIZES))
+    return sent
+
+
+def _post(pair: _Pair, metas: list[tuple[list[int], str]], dtypes: list[Any], device: str,
+          status: Any) -> tuple[list[Any], Any, list[Any]]:
+    """New buffers for the tensors, and the receives of the status and of each tensor."""
+    out = [_empty(shape, dt, device) for (shape, _), dt in zip(metas, dtypes)]
+    done = pair.pg.recv([status], 0, p.TAG_STATUS)
+    works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
+    return out, done, works
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _empty(shape: list[int], dtype: Any, device: str) -> Any:
