@@ -17,7 +17,11 @@ def validate(core: NodeLeases) -> None:
     """Invariants: a worker serves at most one lease and a lease has at most one worker;
     idle workers hold nothing; every granted local lease runs in the scheduler, and one
     whose worker is blocked has lent exactly its CPU (never GPUs or custom resources);
-    the scheduler's own books balance (nothing leaked or double-granted)."""
+    the scheduler's own books balance (nothing leaked or double-granted); a lease or actor
+    waiting for a worker has one starting for it."""
+    waiting = len(core.queues.leases) + len(core.queues.wants)
+    assert waiting <= core.starting, (
+        f"{waiting} leases/actors wait for a worker, only {core.starting} starting")
     running = core.scheduler.running()
     seen: set[bytes] = set()
     for lease in core.leases.values():

@@ -29,6 +29,7 @@ __all__ = [
     "Scheduled",
     "Timer",
     "NodeStopping",
+    "PrestartWorkers",
     "Grant",
     "RefuseLease",
     "LeaseDone",
@@ -73,6 +74,12 @@ class LeaseReturned(msgspec.Struct, frozen=True):
     lease_id: bytes
     owner_died: bool = False
     retire: bool = False
+
+
+class PrestartWorkers(msgspec.Struct, frozen=True):
+    """The node starts `count` workers ahead of demand (once, as it starts)."""
+
+    count: int
 
 
 class WorkerStarted(msgspec.Struct, frozen=True):
@@ -178,7 +185,7 @@ class NodeStopping(msgspec.Struct, frozen=True):
 Event = Union[LeaseRequested, LeaseReturned, WorkerStarted, WorkerExited, WorkerBlocked,
               WorkerWanted, WorkerGivenBack, OwnerDied, PeerDied, RemoteLeaseState,
               ForwardSent, ForwardFailed, ForwardRepeated, LeaseEvicted, Scheduled, Timer,
-              NodeStopping]
+              NodeStopping, PrestartWorkers]
 
 
 # -- actions ---------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from zmesh.core.node_lease_events import (
     OwnerDied,
     PassedOn,
     PeerDied,
+    PrestartWorkers,
     RefuseLease,
     RemoteLeaseState,
     RetireWorker,
@@ -98,6 +99,11 @@ class NodeLeases:
         self.spare_starting = False
         """A spare (a worker started to replace one that exited) is starting: start no other
         until a worker registers, or a burst of 25 exits starts 25 spares."""
+        self.starting = 0
+        """Workers asked for (SpawnWorker) that have neither registered nor exited: a lease
+        or an actor that finds no idle worker waits for one of these rather than starting
+        another (the first task of a new node used to start a third worker beside the two
+        started ahead of it)."""
         self.dead_owners: dict[str, None] = {}  # the latest DEAD_OWNERS_KEPT, oldest first
         self._log: deque[tuple[Event, list[Action]]] = deque(maxlen=story_len)
 
@@ -139,10 +145,13 @@ class NodeLeases:
                 return self._submit(lease, event.request.hops)
             case LeaseReturned():
                 return self._returned(event)
+            case PrestartWorkers():
+                return [self._spawn() for _ in range(event.count)]
             case WorkerStarted():
                 if event.worker in self.workers:
                     return []  # registered twice: it already serves
                 self.spare_starting = False
+                self.starting = max(0, self.starting - 1)
                 self.workers[event.worker] = WorkerRecord(event.worker)
                 return self._give_idle(event.worker)
             case WorkerExited():
@@ -155,7 +164,7 @@ class NodeLeases:
                     self.workers[worker].role = WorkerRole.HANDED
                     return [HandWorker(event.token, worker)]
                 self.queues.wants.append(event.token)
-                return [SpawnWorker()]
+                return self._spawn_if_short()
             case WorkerGivenBack():
                 rec = self.workers.get(event.worker)
                 if rec is None or rec.role is not WorkerRole.HANDED:
@@ -273,7 +282,7 @@ class NodeLeases:
         if self.queues.idle:
             return self._grant(lease, d, self.queues.idle.pop())
         self.queues.leases.append((lease.lease_id, d))
-        return [SpawnWorker()]
+        return self._spawn_if_short()
 
     def _grant(self, lease: Lease, d: Dispatch, worker: bytes) -> list[Action]:
         rec = self.workers[worker]
@@ -420,6 +429,16 @@ class NodeLeases:
         return [TellOrigin(lease.lease_id, event.origin, lease.worker)]
 
     # -- workers ---------------------------------------------------------------------------
+    def _spawn(self) -> SpawnWorker:
+        self.starting += 1
+        return SpawnWorker()
+
+    def _spawn_if_short(self) -> list[Action]:
+        """A worker for the latest waiting lease or actor, unless one is starting for it."""
+        if len(self.queues.leases) + len(self.queues.wants) > self.starting:
+            return [self._spawn()]
+        return []
+
     def _give_idle(self, worker: bytes) -> list[Action]:
         lease: Lease | None
         rec = self.workers[worker]
@@ -455,7 +474,8 @@ class NodeLeases:
         rec = self.workers.pop(worker, None)
         if rec is None:  # died before it registered (perhaps the spare): another may start
             self.spare_starting = False
-            return []
+            self.starting = max(0, self.starting - 1)
+            return self._spawn_if_short()
         prev, rec.role = rec.role, WorkerRole.DEAD
         out: list[Action] = []
         if worker in self.queues.idle:
@@ -470,7 +490,7 @@ class NodeLeases:
             out.append(HandedWorkerDied(worker, reason))
         if not self.stopping and not self.queues.idle and not self.spare_starting:
             self.spare_starting = True
-            out.append(SpawnWorker())
+            out.append(self._spawn())
         return out
 
     # -- checks ----------------------------------------------------------------------------

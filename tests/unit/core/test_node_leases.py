@@ -387,3 +387,28 @@ def test_a_burst_of_worker_exits_starts_one_spare_not_one_per_exit():
     assert spawns(ev.WorkerExited(b"spare", "killed")) == 1
     assert spawns(ev.WorkerExited(b"never-registered", "exited with code 1")) == 0
     assert spawns(ev.WorkerWanted(100)) == 1
+
+
+def test_a_lease_that_finds_no_idle_worker_waits_for_one_already_starting():
+    """A new node starts its workers ahead of demand; the first task's lease, read before
+    they registered, used to start one more (three workers for two CPUs, ~35 MB held for
+    nothing). It waits for a starting one now; one that dies unregistered is replaced."""
+    core = NodeLeases(LocalScheduler("n1", TOTAL))
+
+    def spawns(event: ev.Event) -> int:
+        n = sum(isinstance(a, ev.SpawnWorker) for a in core.handle(event))
+        core.validate()
+        return n
+
+    def request(lease_id: bytes) -> int:
+        return spawns(ev.LeaseRequested(lease_id, OWNERS[0], 1, "f",
+                                        Request(lease_id, "task", {"CPU": 1.0})))
+
+    assert spawns(ev.PrestartWorkers(2)) == 2
+    assert request(b"L1") == 0
+    assert spawns(ev.WorkerExited(b"w0", "exited with code 1")) == 0  # the other still starts
+    assert spawns(ev.WorkerExited(b"w1", "exited with code 1")) == 1  # none left: start one
+    granted = [a for a in core.handle(ev.WorkerStarted(b"w2")) if isinstance(a, ev.Grant)]
+    assert [g.lease_id for g in granted] == [b"L1"]
+    core.validate()
+    assert request(b"L2") == 1  # nothing idle, nothing starting

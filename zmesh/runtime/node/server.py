@@ -188,8 +188,7 @@ class Node:
 
     def start(self, join: list[str] | None = None) -> None:
         """Start workers, timers and the mesh join; the loop must run afterwards."""
-        for _ in range(max(1, min(int(self.num_cpus), 8))):
-            self.pool.spawn()
+        self.lease_shell.handle(nl.PrestartWorkers(max(1, min(int(self.num_cpus), 8))))
         self.loop.call_later(LIVENESS_PERIOD_S, self._check_liveness)
         if self.mesh is not None:
             self.loop.call_soon(self.mesh.start, list(join or []))
