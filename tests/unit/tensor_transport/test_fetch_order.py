@@ -1,7 +1,9 @@
-"""The order in which a consumer posts a transfer's operations on its pair: with gloo every
+"""The order of a transfer's operations on a pair. The consumer: with gloo every
 receive before the request (the producer's sends land in place), with NCCL the request
 first (one CUDA stream runs a pair's operations in order: a receive queued ahead of the
-request would wait forever for its answer). Checked on a recording stand-in for the group."""
+request would wait forever for its answer). The producer: with gloo the next request's
+receive before the data, with NCCL after the sends. Checked on recording stand-ins for the
+group."""
 
 from __future__ import annotations
 
@@ -67,3 +69,48 @@ def test_receives_and_request_are_posted_in_the_backends_order(backend):
     assert pair.pg.ops == (request + receives if backend == "nccl" else receives + request)
     # the sizes in the request are what the receives were posted for
     assert p.decode_request(pair.request_host.tobytes()) == ("k" * 32, 2, [16, 48])
+
+
+class _OneRequestGroup(_RecordingGroup):
+    """The producer's side: the first receive of a request reads `raw`; waiting on a second
+    one ends the pair (as a consumer that went away)."""
+
+    def __init__(self, raw: bytes) -> None:
+        super().__init__()
+        self.raw = raw
+        self.requests = 0
+
+    def recv(self, tensors: list, peer: int, tag: int) -> _Done:
+        self.ops.append(("recv", tag))
+        if tag != p.TAG_REQUEST:
+            return _Done()
+        self.requests += 1
+        if self.requests == 1:
+            tensors[0].numpy()[:] = memoryview(self.raw)
+            return _Done()
+        return _Gone()
+
+
+class _Gone:
+    def wait(self) -> bool:
+        raise RuntimeError("connection closed by peer")
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_the_producer_posts_the_next_request_in_the_backends_order(backend, monkeypatch):
+    """gloo: the next request's receive before the data (its notice reaches the consumer
+    ahead of the data); NCCL: after the sends (one stream, in order)."""
+    kept = p.KeptTensors()
+    tensor = torch.arange(4, dtype=torch.float32)
+    kept.keep("k" * 32, [tensor])
+    raw = bytearray(p.REQUEST_BYTES)
+    p.encode_request(raw, "k" * 32, [tensor.nbytes])
+    group = _OneRequestGroup(bytes(raw))
+    monkeypatch.setattr(p, "pair_group", lambda pair_id, rank, backend: group)
+    monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
+    kept._serve("0" * 32, backend)  # returns when the second request's wait fails
+    sends = [("send", p.TAG_STATUS), ("send", p.TAG_FIRST_TENSOR)]
+    ask = [("recv", p.TAG_REQUEST)]
+    expected = ask + (ask + sends if backend == "gloo" else sends + ask)
+    assert group.ops == expected
+    assert kept.sent_bytes == tensor.nbytes
