@@ -219,3 +219,31 @@ def test_a_driver_that_fails_while_its_node_starts_leaves_no_node_behind(tmp_pat
                    while_starting=fail)
     assert seen, "no node process was started"
     assert wait_until(lambda: all_gone(seen)), "the node outlived the failed start"
+
+
+def test_a_runtime_started_on_a_thread_outlives_the_thread(no_zmesh_leaks):
+    """init() on a thread that then ends (a pool's, a request handler's) keeps its runtime:
+    the kernel's parent-death signal follows the thread that started the node, not the
+    driver process, so it must not stop a node whose driver still runs."""
+    import threading
+
+    tids: list[int] = []
+
+    def start() -> None:
+        tids.append(threading.get_native_id())
+        zmesh.init(num_cpus=1)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join(120)
+    assert zmesh.is_initialized()
+    # the signal goes out as the thread's task exits, before its /proc entry is gone
+    assert wait_until(lambda: not os.path.exists(f"/proc/self/task/{tids[0]}"), timeout=30)
+
+    @zmesh.remote
+    def add_one(x: int) -> int:
+        return x + 1
+
+    assert zmesh.get(add_one.remote(1), timeout=60) == 2
+    assert zmesh.api._state["proc"].poll() is None, "the node stopped"
+    zmesh.shutdown()

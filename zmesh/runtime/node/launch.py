@@ -16,8 +16,14 @@ from zmesh.errors import TransportError, ZmeshError
 from zmesh.runtime.node.credentials import check_seeds, resolve, save_token
 from zmesh.runtime.node.server import Node, total_memory
 from zmesh.runtime.node.zygote import set_parent_death_signal
+from zmesh.store.sweep import pid_alive
 
 logger = logging.getLogger("zmesh.node")
+
+PARENT_DEATH_SIGNAL = signal.SIGUSR1
+"""What Linux sends a private session's node when the thread that started it ends: not
+SIGTERM, for a driver that called init() on a thread that ended lives on (the node then
+looks whether its driver process is gone, and stops only if it is)."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,7 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     resources = _json_arg("--resources", a.resources, float)
     labels = _json_arg("--labels", a.labels, str)
     if a.parent_pid:
-        set_parent_death_signal(signal.SIGTERM)
+        # ignored until the node can look at its driver; the liveness check covers the gap
+        signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_IGN)
+        set_parent_death_signal(PARENT_DEATH_SIGNAL)
     store_mem = a.object_store_memory or int(total_memory() * 0.3)
     try:
         creds = resolve(token=a.token, token_file=a.token_file, insecure=a.insecure,
@@ -70,6 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     # The loop thread is this thread: hand the stop to the loop rather than act mid-handler.
     signal.signal(signal.SIGTERM, lambda *x: node.loop.call_soon(node.stop, "SIGTERM"))
     signal.signal(signal.SIGINT, lambda *x: node.loop.call_soon(node.stop, "SIGINT"))
+    if a.parent_pid:
+        signal.signal(PARENT_DEATH_SIGNAL,
+                      lambda *x: node.loop.call_soon(_stop_if_orphaned, node, a.parent_pid))
     info_path = os.path.join(a.session_dir, "node.json")
     with open(os.open(info_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump({"pid": os.getpid(), "node_id": node.node_id, "address": node.mesh_address,
@@ -98,6 +109,13 @@ def main(argv: list[str] | None = None) -> None:
             pass
     if node.exit_error:
         raise SystemExit(f"zmesh node: {node.exit_error}")
+
+
+def _stop_if_orphaned(node: Node, parent_pid: int) -> None:
+    """The parent-death signal came: stop if the driver process is gone (we were handed to
+    another parent), not when only the thread of it that started us ended."""
+    if os.getppid() != parent_pid or not pid_alive(parent_pid):
+        node.stop("the driver that started this node exited")
 
 
 def _json_arg(flag: str, text: str, kind: type) -> dict[str, Any]:
