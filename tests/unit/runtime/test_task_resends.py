@@ -54,6 +54,18 @@ def test_a_worker_runs_a_task_once_per_attempt_and_answers_a_repeat() -> None:
     assert recent.take(_task(b"t")) == (True, None)  # forgotten (bounded): runs again
 
 
+def test_trimming_keeps_a_task_still_running_and_forgets_the_oldest_finished() -> None:
+    recent = RecentTasks(keep=4)  # trimmed past 4 + 4 // 16 = 4 entries
+    recent.take(_task(b"slow"))  # the oldest: still running while the others finish
+    for tid in (b"a", b"b", b"c", b"d", b"e"):
+        recent.take(_task(tid))
+        recent.finished(tid, 0, m.TaskResult(task_id=tid, returns=[]))
+    assert recent.take(_task(b"slow")) == (False, None)  # kept: a repeat must not run it
+    assert recent.take(_task(b"a"))[0] and recent.take(_task(b"b"))[0]  # forgotten first
+    recent.finished(b"slow", 0, m.TaskResult(task_id=b"slow", returns=[]))
+    assert recent.take(_task(b"slow"))[1] is not None  # its result answers a repeat
+
+
 def test_kept_answers_are_bounded_in_bytes() -> None:
     from zmesh.runtime.worker import recent_tasks
     from zmesh.runtime.worker.recent_tasks import CallReplies

@@ -76,6 +76,11 @@ class Executor:
         # the worker's own values of the variables the last task's env changed (it stays
         # set until a task with another env or an actor comes: no putenv per task)
         self._env_saved: dict[str, str | None] = {}
+        # the env the last task set (None: none set yet, or an actor's): a task with the
+        # same env finds it set and reads no variable (os.environ.get costs ~1 us a key);
+        # as in Ray, a variable that task code changed stays so for the worker's next tasks
+        self._env_now: dict[str, str] | None = None
+        self._prefix_of = ""  # the task name the log prefix was last set for
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
         self.recent = RecentTasks()  # a task its owner sends again runs at most once
@@ -188,9 +193,14 @@ class Executor:
             self.recent.finished(msg.task_id, msg.attempt, self._reply(
                 msg.owner, msg.task_id, [cancelled_value(msg.name)] * n, [], msg.attempt))
             return
-        switch_env(self._env_saved, msg.env_vars)
+        env = msg.env_vars
+        if env != self._env_now:
+            switch_env(self._env_saved, env)
+            self._env_now = env
         events.recorder.begin(msg.task_id, msg.name, "task")
-        logs.set_prefix(f"({msg.name} pid={self.pid})")
+        if msg.name != self._prefix_of:
+            self._prefix_of = msg.name
+            logs.set_prefix(f"({msg.name} pid={self.pid})")
         client.current_task_id = msg.task_id
         client.assigned_resources = msg.resources
         if msg.strategy:  # (most tasks have none: no call)
@@ -307,6 +317,8 @@ class Executor:
         client.namespace = spec.namespace or client.namespace
         client.current_placement_group, client.inherited_strategy = placement_of(spec.strategy)
         switch_env(self._env_saved, {})  # nothing of a task's env stays for the actor
+        self._env_now = None
+        self._prefix_of = ""
         apply_env(spec.env_vars)
         logs.set_prefix(f"({spec.class_name} pid={self.pid})")
         try:

@@ -69,7 +69,8 @@ class RecentTasks:
     def finished(self, task_id: bytes, attempt: int, result: m.TaskResult) -> None:
         """The task's result went out: keep it for a resend."""
         key = (task_id, attempt)
-        size = _size(result)
+        returns = result.returns
+        size = 64 + len(returns[0].data) if len(returns) == 1 else _size(result)
         tasks = self._tasks
         with self._lock:
             if key in tasks:
@@ -83,14 +84,14 @@ class RecentTasks:
         kept: forgetting it would let a repeat run it a second time beside it)."""
         tasks = self._tasks
         while len(tasks) > self._keep or self._bytes > KEEP_BYTES:
-            key = next(iter(tasks))
-            old = tasks[key]
-            if old is None:  # the oldest still runs: the oldest finished one goes
+            key, old = tasks.popitem(last=False)  # the oldest, usually finished
+            if old is None:  # it still runs: it stays (first again); the oldest finished goes
+                tasks[key] = None
+                tasks.move_to_end(key, last=False)
                 found = next((k for k, v in tasks.items() if v is not None), None)
                 if found is None:
                     return
-                key, old = found, tasks[found]
-            del tasks[key]
+                old = tasks.pop(found)
             assert old is not None
             self._bytes -= _size(old)
 
