@@ -60,14 +60,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _locked(method: F) -> F:
     """Run a loop-thread handler holding the submitter's lock (user threads may submit
-    straight to a leased worker, which changes the core too)."""
+    straight to a leased worker, which changes the core too); the messages to workers it
+    decided go out once the lock is released (`_flush`)."""
     @functools.wraps(method)
     def run(self: TaskSubmitter, *args: Any, **kwargs: Any) -> Any:
-        with self.lock:
-            # the thread serving the loop now (a worker's may change: worker/relay.py); a
-            # submission from inside a handler never takes the direct path
-            self._loop_ident = threading.get_ident()
-            return method(self, *args, **kwargs)
+        try:
+            with self.lock:
+                # the thread serving the loop now (a worker's may change: worker/relay.py);
+                # a submission from inside a handler never takes the direct path
+                self._loop_ident = threading.get_ident()
+                return method(self, *args, **kwargs)
+        finally:
+            if self._outbox:
+                self._flush()
     return run  # type: ignore[return-value]
 
 
@@ -110,6 +115,10 @@ task of that function (`_fn_known`).
         self._loop_ident = 0  # the loop thread's id, once it accepted a task
         self.resends = Resends()  # tasks out at workers, sent again if no result comes
         self._sweep_armed = False
+        # ExecuteTask/CancelTask decided with the lock held (loop thread), sent in order once
+        # it is released: a send lets go of the GIL, and a user thread that took it then found
+        # the lock held and posted its task to the loop instead of submitting it itself
+        self._outbox: list[tuple[str, m.ExecuteTask | m.CancelTask]] = []
 
     def register(self, loop: EventLoop) -> None:
         loop.on(m.LeaseGranted, self._on_lease_granted)
@@ -268,19 +277,23 @@ task of that function (`_fn_known`).
         if task is None:
             self.client.actors.on_result(sender, msg)
             return
-        with self.lock:
-            self._loop_ident = threading.get_ident()
-            placed = self.core.tasks.get(msg.task_id)
-            if placed is not None and placed.attempt != msg.attempt:
-                return  # a late or repeated answer of an earlier attempt: not this one's
-            self.resends.answered(msg.task_id)
-            if (sender, task.fn_id) not in self._fn_known:
-                if len(self._fn_known) > 65536:  # bounded: forgetting costs a resent blob
-                    self._fn_known.clear()
-                self._fn_known.add((sender, task.fn_id))
-            if self._direct:
-                self._direct_done(msg.task_id)
-            self._result(task, sender, msg)
+        try:
+            with self.lock:
+                self._loop_ident = threading.get_ident()
+                placed = self.core.tasks.get(msg.task_id)
+                if placed is not None and placed.attempt != msg.attempt:
+                    return  # a late or repeated answer of an earlier attempt: not this one's
+                self.resends.answered(msg.task_id)
+                if (sender, task.fn_id) not in self._fn_known:
+                    if len(self._fn_known) > 65536:  # bounded: forgetting costs a resent blob
+                        self._fn_known.clear()
+                    self._fn_known.add((sender, task.fn_id))
+                if self._direct:
+                    self._direct_done(msg.task_id)
+                self._result(task, sender, msg)
+        finally:
+            if self._outbox:
+                self._flush()
 
     def _direct_done(self, task_id: bytes) -> None:
         """A directly sent task's result came: once none is in flight on its worker, the
@@ -341,8 +354,9 @@ task of that function (`_fn_known`).
                     self._finish(task, [failure(task, action)], failed=True)
                 case CancelOnWorker(tid, worker):
                     task = self.tasks[tid]
-                    loop.send(worker, m.CancelTask(task_id=tid, force=task.force_cancel,
-                                                   recursive=task.recursive_cancel))
+                    self._outbox.append((worker, m.CancelTask(
+                        task_id=tid, force=task.force_cancel,
+                        recursive=task.recursive_cancel)))
                 case Rerun(tid, attempt):
                     self._rerun(tid, attempt)
                 case _:
@@ -375,8 +389,15 @@ task of that function (`_fn_known`).
         if action.lease_id in self._direct_leases or action.lease_id in self._held:
             self._held.setdefault(action.lease_id, []).append(action)  # behind those held
             return
-        self.client.loop.send(action.worker, self._execute(action, LOOP_CONNECTION))
+        self._outbox.append((action.worker, self._execute(action, LOOP_CONNECTION)))
         self._note_sent(action)
+
+    def _flush(self) -> None:
+        """Send what `_send` and cancels queued, in order (loop thread, lock released)."""
+        out, self._outbox = self._outbox, []
+        send = self.client.loop.send
+        for to, msg in out:
+            send(to, msg)
 
     def _note_sent(self, action: Send) -> None:
         """Watch a task now out at its worker (lock held); the sweep runs while any is."""
