@@ -155,11 +155,13 @@ class EventLoop:
             timeout: float | None = None
             if timers:
                 now = time.monotonic()
-                while timers and timers[0][0] <= now:
-                    _, _, fn = heapq.heappop(timers)
-                    self._guard(fn, ())
+                if timers[0][0] <= now:
+                    while timers and timers[0][0] <= now:
+                        _, _, fn = heapq.heappop(timers)
+                        self._guard(fn, ())
+                    now = time.monotonic()
                 if timers:
-                    timeout = _coarse(timers[0][0] - time.monotonic())
+                    timeout = _coarse(timers[0][0] - now)
             if calls or self._stopping:
                 continue
             self._sleeping = True

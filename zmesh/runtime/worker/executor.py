@@ -72,6 +72,7 @@ class Executor:
         # exit never run; their callers fail when the node publishes the actor dead
         self.exited = False
         self.async_calls: dict[bytes, asyncio.Task[Any]] = {}  # running calls of an async actor
+        self._names: dict[str, str] = {}  # method -> "Class.method", once the actor exists
         self._cancel_lock = threading.Lock()
         # the worker's own values of the variables the last task's env changed (it stays
         # set until a task with another env or an actor comes: no putenv per task)
@@ -284,14 +285,19 @@ class Executor:
                attempt: int = 0) -> m.TaskResult:
         """Send a task's result to its owner; the message, to send again if asked."""
         ok = True
-        produced = self.produced
-        for i, value in enumerate(returns):
-            produced[IdGen.object_id(task_id, i)] = value
-            if value.is_error:
-                ok = False
+        if self.actor is None:  # (kept for the chained tasks of this worker; an actor has none)
+            produced = self.produced
+            for i, value in enumerate(returns):
+                produced[IdGen.object_id(task_id, i)] = value
+                if value.is_error:
+                    ok = False
+            while len(produced) > 256:  # (an OrderedDict: a dict's oldest key is found by a scan)
+                produced.popitem(last=False)
+        else:
+            for value in returns:
+                if value.is_error:
+                    ok = False
         events.recorder.end(task_id, ok)
-        while len(produced) > 256:  # (an OrderedDict: a dict's oldest key is found by a scan)
-            produced.popitem(last=False)
         borrowed: list[bytes] = []
         if refs:
             ids = {r.id for r in refs if r.owner != self.client.address}
@@ -390,8 +396,13 @@ class Executor:
         self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
 
     def _method_name(self, call: m.ActorCall) -> str:
-        cls = self.actor.class_name if self.actor is not None else "actor"
-        return f"{cls}.{call.method}"
+        name = self._names.get(call.method)  # (one string per method, not one per call)
+        if name is None:
+            cls = self.actor.class_name if self.actor is not None else "actor"
+            name = f"{cls}.{call.method}"
+            if self.actor is not None and len(self._names) < 1024:
+                self._names[call.method] = name
+        return name
 
     def _start_asyncio(self, max_concurrency: int) -> None:
         ready = threading.Event()
