@@ -66,16 +66,18 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
     from zmesh.protocol import codec
 
     codec.warm()  # the message decoder too: each worker would build its own on first recv
+    try:
+        # numpy.random too: each worker reseeds it after its fork (the parent's state would
+        # repeat in every worker), and numpy imports it lazily: ~10 extension modules and
+        # 10-20 ms of CPU per worker start when it was imported after the fork.
+        import numpy.random  # noqa: F401
+    except ImportError:
+        pass
     # What is imported now stays shared with every fork: kept out of the collector's view, a
     # worker's collections neither walk it nor write to its pages (copy-on-write), so each
     # worker starts faster and holds fewer private pages.
     gc.collect()
     gc.freeze()
-
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        pass
     sock = socket.socket(fileno=fd)
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
