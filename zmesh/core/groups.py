@@ -54,7 +54,7 @@ class LocalBundles(Protocol):
 
 class _Plan:
     __slots__ = ("pg_id", "name", "strategy", "shapes", "state", "nodes", "reason",
-                 "attempt", "waiting_on", "prepared", "kept")
+                 "attempt", "waiting_on", "prepared", "kept", "asked", "quiet")
 
     def __init__(self, pg_id: str, name: str, strategy: str, shapes: list[ResourceSet]) -> None:
         self.pg_id = pg_id
@@ -69,6 +69,10 @@ class _Plan:
         self.prepared: set[NodeId] = set()
         # While rescheduling: the bundles that survived (index -> node); None otherwise.
         self.kept: dict[int, NodeId] | None = None
+        # The attempt's PGPrepare per node (asked again if no answer comes), and the attempt
+        # a resend tick last found still preparing.
+        self.asked: dict[NodeId, PGPrepare] = {}
+        self.quiet = 0
 
     def label(self) -> str:
         return f"placement group {self.name or self.pg_id!r}"
@@ -134,19 +138,42 @@ class GroupCoordinator:
                 out += self._attempt(plan, view, report=False)
         return out
 
+    def resend_prepares(self) -> list[Decision]:
+        """Called periodically: an attempt that still waits on a node a whole period later
+        asks it again (its PGPrepare, or the answer, may have been lost: the group stayed
+        'preparing' forever). A node asked twice replaces its first reservation, and the
+        coordinator ignores an answer it already has, so asking again holds nothing twice."""
+        out: list[Decision] = []
+        for plan in self._plans.values():
+            if plan.state != "preparing":
+                continue
+            if plan.quiet == plan.attempt:
+                out += [plan.asked[node] for node in sorted(plan.waiting_on)]
+            plan.quiet = plan.attempt
+        return out
+
+    def preparing(self) -> bool:
+        """True while some attempt waits for other nodes' answers."""
+        return any(plan.state == "preparing" for plan in self._plans.values())
+
     def on_prepared(
         self, reply: BundlesPrepared, view: Mapping[NodeId, NodeResources]
     ) -> list[Decision]:
         """A node answered PGPrepare. Stale successes are released at once, unless that node
         takes part in the attempt under way: its newer prepare replaces the stale
-        reservation, and an abort (of the whole group there) would drop the new one too."""
+        reservation, and an abort (of the whole group there) would drop the new one too.
+        A copy of a success that made the group ready (asked again, both answers came) is
+        that same reservation: an abort could overtake the commit and drop it."""
         plan = self._plans.get(reply.pg_id)
         if (
             plan is None or plan.state != "preparing" or reply.attempt != plan.attempt
             or reply.node_id not in plan.waiting_on
         ):
-            current = plan is not None and plan.state == "preparing" and (
-                reply.node_id in plan.waiting_on or reply.node_id in plan.prepared)
+            current = plan is not None and (
+                (plan.state == "preparing" and (
+                    reply.node_id in plan.waiting_on or reply.node_id in plan.prepared))
+                or (plan.state == "ready" and reply.attempt == plan.attempt
+                    and reply.node_id in plan.prepared))
             return [PGAbort(reply.pg_id, reply.node_id)] if reply.ok and not current else []
         plan.waiting_on.discard(reply.node_id)
         if not reply.ok:
@@ -244,10 +271,12 @@ class GroupCoordinator:
         self._set(plan, "preparing", f"{plan.label()} is reserving bundles on {sorted(by_node)}")
         plan.waiting_on = set(by_node)
         plan.prepared = set()
-        return [
-            PGPrepare(plan.pg_id, node, plan.attempt, {i: plan.shapes[i].to_dict() for i in idx})
+        plan.asked = {
+            node: PGPrepare(plan.pg_id, node, plan.attempt,
+                            {i: plan.shapes[i].to_dict() for i in idx})
             for node, idx in sorted(by_node.items())
-        ]
+        }
+        return list(plan.asked.values())
 
     def _set(self, plan: _Plan, state: GroupState, reason: str) -> None:
         plan.state, plan.reason = state, reason

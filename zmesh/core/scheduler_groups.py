@@ -139,6 +139,14 @@ class GroupScheduling:
             out += self._waiting.drain(self._start_queued)
         return out
 
+    def resend_prepares(self) -> list[Decision]:
+        """PGPrepare again to the nodes that have not answered for a whole period (call it
+        periodically while `groups_preparing()`)."""
+        return self._groups.resend_prepares()
+
+    def groups_preparing(self) -> bool:
+        return self._groups.preparing()
+
     def prepare_bundles(
         self, pg_id: PlacementGroupId, attempt: int, bundles: Mapping[int, Mapping[str, float]]
     ) -> list[Decision]:

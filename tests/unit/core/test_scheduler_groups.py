@@ -210,6 +210,31 @@ def test_a_late_yes_from_an_abandoned_attempt_is_released() -> None:
     assert a.on_bundles_prepared(late) == [PGAbort("pg", "b")]
 
 
+def test_a_prepare_or_its_answer_lost_is_asked_again_and_the_group_becomes_ready() -> None:
+    """With 5% of messages dropped (seed 8 of the fault runs), a lost PrepareBundles left the
+    group 'preparing' forever and every task in it waiting: nothing asked again."""
+    a, b = LocalScheduler("a", {"CPU": 2}), LocalScheduler("b", {"CPU": 2})
+    c = LocalScheduler("c", {"CPU": 2})
+    a.update_cluster({"b": b.snapshot(), "c": c.snapshot()})
+    first = a.create_placement_group("pg", [CPU1, CPU1, CPU1], "STRICT_SPREAD")
+    by_node = {p.node_id: p for p in first}
+    assert a.groups_preparing()
+    c_reply = only(c.prepare_bundles("pg", by_node["c"].attempt, by_node["c"].bundles))
+    assert a.on_bundles_prepared(c_reply) == []
+    # b's prepare is lost. The first tick only marks the attempt: an answer may be on its way.
+    assert a.resend_prepares() == []
+    [again] = a.resend_prepares()  # a whole period without b's answer: b only is asked again
+    assert again == by_node["b"]
+    first_b = only(b.prepare_bundles("pg", again.attempt, again.bundles))  # its answer is lost
+    [again] = a.resend_prepares()
+    reply = only(b.prepare_bundles("pg", again.attempt, again.bundles))
+    assert b.available() == {"CPU": 1.0}  # asked twice, it holds one bundle
+    out = a.on_bundles_prepared(reply)
+    assert PGReady("pg", ("a", "b", "c")) in out and not a.groups_preparing()
+    assert a.on_bundles_prepared(first_b) == []  # a copy of an answer it has: nothing to undo
+    assert a.resend_prepares() == []
+
+
 def test_removing_a_group_spread_over_nodes_releases_every_node() -> None:
     sim = SimCluster({"a": {"CPU": 2}, "b": {"CPU": 2}, "c": {"CPU": 2}})
     sim.create_pg("a", "pg", [CPU1, CPU1, CPU1], "STRICT_SPREAD")

@@ -77,6 +77,7 @@ class GroupRelay:
                 return
             node.loop.send(address, p.PrepareBundles(pg_id=d.pg_id, attempt=d.attempt,
                                                      bundles=d.bundles))
+            self.arm_retry()  # asked again if no answer comes
         elif address is None:
             return  # a dead node holds nothing any more
         elif isinstance(d, PGCommit):
@@ -103,9 +104,12 @@ class GroupRelay:
 
     def arm_retry(self) -> None:
         """While a group waits after a refused attempt, retry it periodically: gossip of the
-        other nodes' free resources may never change (no event would wake it up)."""
-        if not self._retry_armed and any(
-                info.state in ("pending", "rescheduling") for info in self.node.scheduler.placement_groups()):
+        other nodes' free resources may never change (no event would wake it up). While an
+        attempt waits for answers, ask again the nodes silent for a whole period."""
+        scheduler = self.node.scheduler
+        if not self._retry_armed and (scheduler.groups_preparing() or any(
+                info.state in ("pending", "rescheduling")
+                for info in scheduler.placement_groups())):
             self._retry_armed = True
             self.node.loop.call_later(RETRY_PERIOD_S, self._retry)
 
@@ -115,6 +119,7 @@ class GroupRelay:
         if node.stopping or node.mesh is None:
             return
         node.apply(node.scheduler.update_cluster(node.mesh.view()))
+        node.apply(node.scheduler.resend_prepares())
         self.arm_retry()
 
     # -- messages from other nodes ---------------------------------------------------------
