@@ -65,6 +65,7 @@ class WorkerRecord(msgspec.Struct, eq=False, dict=True):
     worker: bytes
     role: WorkerRole = WorkerRole.IDLE
     lease: bytes | None = None
+    used: bool = False  # ever leased or handed out: it may own objects or tasks since
 
 
 class Queues(msgspec.Struct, dict=True):

@@ -18,10 +18,17 @@ def validate(core: NodeLeases) -> None:
     idle workers hold nothing; every granted local lease runs in the scheduler, and one
     whose worker is blocked has lent exactly its CPU (never GPUs or custom resources);
     the scheduler's own books balance (nothing leaked or double-granted); a lease or actor
-    waiting for a worker has one starting for it."""
+    waiting for a worker has one starting for it (up to the bound on starts); a spare
+    beyond the pool at rest is on a timer to retire."""
+    supply = core.supply
     waiting = len(core.queues.leases) + len(core.queues.wants)
-    assert waiting <= core.starting, (
-        f"{waiting} leases/actors wait for a worker, only {core.starting} starting")
+    assert 0 <= supply.starting <= supply.starting_max, f"{supply.starting} workers starting"
+    if not core.stopping:
+        assert min(waiting, supply.starting_max) <= supply.starting, (
+            f"{waiting} leases/actors wait for a worker, only {supply.starting} starting")
+        assert supply.trimming or not core.can_trim(), (
+            f"{len(core.queues.idle)} idle workers, beyond the pool at rest "
+            f"{supply.floor} a spare, none set to retire")
     running = core.scheduler.running()
     seen: set[bytes] = set()
     for lease in core.leases.values():

@@ -83,10 +83,11 @@ from zmesh.core.scheduling import (
     Infeasible,
     Pending,
 )
+from zmesh.core.worker_supply import TRIM_KEY, TRIM_S, PoolRules, WorkerSupply
 from zmesh.errors import TaskUnschedulableError, ZmeshSystemError
 
 
-class NodeLeases:
+class NodeLeases(PoolRules):
     """A node's leases and workers: `handle(event) -> list[Action]`."""
 
     def __init__(self, scheduler: LocalScheduler, *, story_len: int = STORY_LEN) -> None:
@@ -96,14 +97,8 @@ class NodeLeases:
         self.queues = Queues()
         self.stopping = False
         self.sweeping = False  # a forward sweep is armed
-        self.spare_starting = False
-        """A spare (a worker started to replace one that exited) is starting: start no other
-        until a worker registers, or a burst of 25 exits starts 25 spares."""
-        self.starting = 0
-        """Workers asked for (SpawnWorker) that have neither registered nor exited: a lease
-        or an actor that finds no idle worker waits for one of these rather than starting
-        another (the first task of a new node used to start a third worker beside the two
-        started ahead of it)."""
+        self.supply = WorkerSupply()
+        """Workers starting, and the spares to keep (see `worker_supply`)."""
         self.dead_owners: dict[str, None] = {}  # the latest DEAD_OWNERS_KEPT, oldest first
         self._log: deque[tuple[Event, list[Action]]] = deque(maxlen=story_len)
 
@@ -146,14 +141,15 @@ class NodeLeases:
             case LeaseReturned():
                 return self._returned(event)
             case PrestartWorkers():
-                return [self._spawn() for _ in range(event.count)]
+                if self.stopping:
+                    return []
+                return [SpawnWorker() for _ in range(self.supply.prestart(event.count))]
             case WorkerStarted():
                 if event.worker in self.workers:
                     return []  # registered twice: it already serves
-                self.spare_starting = False
-                self.starting = max(0, self.starting - 1)
+                self.supply.started()
                 self.workers[event.worker] = WorkerRecord(event.worker)
-                return self._give_idle(event.worker)
+                return self._give_idle(event.worker) + self._top_up()
             case WorkerExited():
                 return self._worker_exited(event.worker, event.reason)
             case WorkerBlocked():
@@ -161,10 +157,10 @@ class NodeLeases:
             case WorkerWanted():
                 if self.queues.idle:
                     worker = self.queues.idle.pop()
-                    self.workers[worker].role = WorkerRole.HANDED
+                    self._in_use(self.workers[worker], WorkerRole.HANDED)
                     return [HandWorker(event.token, worker)]
                 self.queues.wants.append(event.token)
-                return self._spawn_if_short()
+                return self._top_up()
             case WorkerGivenBack():
                 rec = self.workers.get(event.worker)
                 if rec is None or rec.role is not WorkerRole.HANDED:
@@ -225,6 +221,8 @@ class NodeLeases:
             case Timer():
                 if event.key == SWEEP_KEY:
                     return self._sweep()
+                if event.key == TRIM_KEY:
+                    return self._trim()
                 rec = self.workers.get(event.key[1])
                 if rec is not None and rec.role is WorkerRole.STOPPING:
                     return [KillWorker(rec.worker, SIGKILL)]
@@ -282,11 +280,12 @@ class NodeLeases:
         if self.queues.idle:
             return self._grant(lease, d, self.queues.idle.pop())
         self.queues.leases.append((lease.lease_id, d))
-        return self._spawn_if_short()
+        return self._top_up()
 
     def _grant(self, lease: Lease, d: Dispatch, worker: bytes) -> list[Action]:
         rec = self.workers[worker]
-        rec.role, rec.lease = WorkerRole.LEASED, lease.lease_id
+        self._in_use(rec, WorkerRole.LEASED)
+        rec.lease = lease.lease_id
         lease.worker, lease.gpu_ids = worker, d.gpu_ids
         grant: list[Action] = [Grant(lease.lease_id, lease.owner, lease.request_id, worker,
                                      d.gpu_ids, lease.origin)]
@@ -429,16 +428,6 @@ class NodeLeases:
         return [TellOrigin(lease.lease_id, event.origin, lease.worker)]
 
     # -- workers ---------------------------------------------------------------------------
-    def _spawn(self) -> SpawnWorker:
-        self.starting += 1
-        return SpawnWorker()
-
-    def _spawn_if_short(self) -> list[Action]:
-        """A worker for the latest waiting lease or actor, unless one is starting for it."""
-        if len(self.queues.leases) + len(self.queues.wants) > self.starting:
-            return [self._spawn()]
-        return []
-
     def _give_idle(self, worker: bytes) -> list[Action]:
         lease: Lease | None
         rec = self.workers[worker]
@@ -449,10 +438,13 @@ class NodeLeases:
             if lease is not None:
                 return self._grant(lease, d, worker)
         if self.queues.wants:
-            rec.role = WorkerRole.HANDED
+            self._in_use(rec, WorkerRole.HANDED)
             return [HandWorker(self.queues.wants.popleft(), worker)]
         rec.role = WorkerRole.IDLE
         self.queues.idle.append(worker)
+        if not self.supply.trimming and self.can_trim():
+            self.supply.trimming = True  # a spare beyond the pool at rest: it may retire
+            return [SetTimer(TRIM_S, TRIM_KEY)]
         return []
 
     def _blocked(self, worker: bytes, blocked: bool) -> list[Action]:
@@ -472,10 +464,9 @@ class NodeLeases:
 
     def _worker_exited(self, worker: bytes, reason: str) -> list[Action]:
         rec = self.workers.pop(worker, None)
-        if rec is None:  # died before it registered (perhaps the spare): another may start
-            self.spare_starting = False
-            self.starting = max(0, self.starting - 1)
-            return self._spawn_if_short()
+        if rec is None:  # died before it registered: replaced if anything waits for it
+            self.supply.started()
+            return self._top_up()
         prev, rec.role = rec.role, WorkerRole.DEAD
         out: list[Action] = []
         if worker in self.queues.idle:
@@ -488,10 +479,7 @@ class NodeLeases:
                 out += self._release(lease)
         elif prev is WorkerRole.HANDED:
             out.append(HandedWorkerDied(worker, reason))
-        if not self.stopping and not self.queues.idle and not self.spare_starting:
-            self.spare_starting = True
-            out.append(self._spawn())
-        return out
+        return out + self._top_up(spares=True)
 
     # -- checks ----------------------------------------------------------------------------
     def validate(self) -> None:

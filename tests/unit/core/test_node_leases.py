@@ -16,13 +16,14 @@ from zmesh.core.node_leases import NodeLeases
 from zmesh.core.resources import SCALE
 from zmesh.core.scheduler import LocalScheduler
 from zmesh.core.scheduling import Request
+from zmesh.core.worker_supply import STARTING_MAX, TRIM_KEY
 
 TOTAL = {"CPU": 2.0, "GPU": 1.0, "accel": 2.0}
 SHAPES = [{"CPU": 1.0}, {}, {"CPU": 2.0}, {"CPU": 0.5}, {"CPU": 1.0, "GPU": 1.0},
           {"GPU": 1.0}, {"CPU": 1.0, "accel": 1.0}, {"accel": 2.0}, {"CPU": 99.0}]
 OWNERS = ["ipc://a", "ipc://b", "ipc://c"]
 OPS = ["request", "request", "return", "retire", "block", "unblock", "start", "start",
-       "exit", "owner_died", "want", "give_back", "handed_dies", "timer"]
+       "exit", "owner_died", "want", "give_back", "handed_dies", "timer", "start_fails"]
 steps = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 10**6)), max_size=80)
 
 
@@ -41,6 +42,9 @@ class Harness:
         self.refused: set[bytes] = set()
 
     def feed(self, event: ev.Event) -> None:
+        if (isinstance(event, ev.WorkerStarted | ev.WorkerExited) and self.spawns
+                and event.worker not in self.core.workers):
+            self.spawns -= 1  # a start ended: registered, or failed before it did
         for action in self.core.handle(event):
             match action:
                 case ev.Grant():
@@ -61,6 +65,7 @@ class Harness:
                 case _:
                     pass
         self.core.validate()
+        assert self.core.supply.starting == self.spawns, "a start not counted, or counted twice"
 
     def live_workers(self) -> list[bytes]:
         return sorted(self.core.workers)
@@ -110,9 +115,10 @@ def test_leases_lend_exactly_their_cpu_and_give_everything_back(plan):
             assert {k: v for k, v in gained.items() if v} == ({"CPU": cpu} if cpu else {}), gained
             assert h.sched.lent(lease_id) == cpu
         elif op == "start" and h.spawns:
-            h.spawns -= 1
             h.next_worker += 1
             h.feed(ev.WorkerStarted(b"w%d" % h.next_worker))
+        elif op == "start_fails" and h.spawns:
+            h.feed(ev.WorkerExited(b"unregistered%d" % n, "exited with code 1"))
         elif op == "exit" and h.live_workers():
             worker = h.live_workers()[pick % len(h.live_workers())]
             h.handed.discard(worker)
@@ -366,27 +372,159 @@ def test_done_and_unknown_of_a_granted_or_finished_forward_change_nothing_more()
     assert h2.core.leases == {}
 
 
-def test_a_burst_of_worker_exits_starts_one_spare_not_one_per_exit():
-    """25 actors killed at once used to start 25 replacement workers (each exit saw no idle
-    worker, the spares still starting): a node churning actors held ~100 processes and ~600
-    fds. One spare starts; once it registers, the next exit may start another."""
-    core = NodeLeases(LocalScheduler("n1", TOTAL))
+class Pool:
+    """A node's pool as the core sees it: spawns it asked for, workers that registered."""
 
-    def spawns(event: ev.Event) -> int:
-        n = sum(isinstance(a, ev.SpawnWorker) for a in core.handle(event))
-        core.validate()
-        return n
+    def __init__(self, floor: int = 1) -> None:
+        self.core = NodeLeases(LocalScheduler("n1", TOTAL))
+        self.core.supply.floor = floor
+        self.starting = 0
+        self.n = 0
+        self.retired: list[bytes] = []
+        self.timers: list[tuple[str, bytes]] = []
 
-    assert sum(spawns(ev.WorkerWanted(t)) for t in range(25)) == 25  # one per actor waiting
-    for i in range(25):
-        assert spawns(ev.WorkerStarted(b"w%d" % i)) == 0
-    assert sum(spawns(ev.WorkerExited(b"w%d" % i, "killed")) for i in range(25)) == 1
-    assert spawns(ev.WorkerStarted(b"spare")) == 0
-    assert core.idle_count() == 1
-    assert spawns(ev.WorkerWanted(99)) == 0  # the spare serves the next actor
-    assert spawns(ev.WorkerExited(b"spare", "killed")) == 1
-    assert spawns(ev.WorkerExited(b"never-registered", "exited with code 1")) == 0
-    assert spawns(ev.WorkerWanted(100)) == 1
+    def feed(self, event: ev.Event) -> list[ev.Action]:
+        actions = self.core.handle(event)
+        self.core.validate()
+        self.starting += sum(isinstance(a, ev.SpawnWorker) for a in actions)
+        self.retired += [a.worker for a in actions if isinstance(a, ev.RetireWorker)]
+        self.timers += [a.key for a in actions if isinstance(a, ev.SetTimer)]
+        assert self.core.supply.starting == self.starting
+        return actions
+
+    def register(self, k: int) -> list[bytes]:
+        """`k` of the workers starting register; their ids."""
+        assert k <= self.starting
+        out = []
+        for _ in range(k):
+            self.n += 1
+            worker = b"w%d" % self.n
+            self.starting -= 1
+            self.feed(ev.WorkerStarted(worker))
+            out.append(worker)
+        return out
+
+    def fire_timers(self) -> None:
+        timers, self.timers = self.timers, []
+        for key in timers:
+            self.feed(ev.Timer(key))
+
+    def exit(self, workers: list[bytes]) -> None:
+        for w in workers:
+            self.feed(ev.WorkerExited(w, "killed by signal 9"))
+
+
+def test_a_batch_of_killed_actors_leaves_the_next_batchs_workers_warm():
+    """20 actors created, pinged, killed, then 20 more (the anchor benchmark's actor_create):
+    the exits start as many spares as were in use, so the second batch waits for no start.
+    With one spare at a time, 19 of them waited for their own start each batch."""
+    pool = Pool()
+    pool.feed(ev.PrestartWorkers(pool.core.supply.floor))
+    pool.register(pool.starting)
+    handed = [pool.feed(ev.WorkerWanted(t)) for t in range(20)]
+    assert sum(isinstance(a, ev.HandWorker) for acts in handed for a in acts) == 1
+    assert pool.starting == 19  # one per actor waiting
+    pool.register(pool.starting)
+    workers = [w for w, rec in pool.core.workers.items() if rec.role is WorkerRole.HANDED]
+    assert len(workers) == 20
+    pool.exit(workers)
+    assert pool.starting + pool.core.idle_count() == 20  # what was in use is ready again
+    pool.register(pool.starting)
+    for t in range(100, 120):
+        acts = pool.feed(ev.WorkerWanted(t))
+        assert [type(a) for a in acts] == [ev.HandWorker]  # warm: nothing waits, nothing starts
+    assert pool.starting == 0
+
+
+def test_waiters_behind_spares_still_starting_start_no_more():
+    """A batch created while the last batch's spares start takes those spares: the pool holds
+    at most what was in use plus the spares (the 1,000-actor churn once held ~170 processes)."""
+    pool = Pool()
+    for t in range(25):
+        pool.feed(ev.WorkerWanted(t))
+    pool.register(pool.starting)
+    workers = [w for w, rec in pool.core.workers.items() if rec.role is WorkerRole.HANDED]
+    pool.exit(workers)
+    assert pool.starting + pool.core.idle_count() == 25
+    before = pool.starting
+    for t in range(100, 125):  # none registered yet: each takes one already starting
+        assert not any(isinstance(a, ev.SpawnWorker) for a in pool.feed(ev.WorkerWanted(t)))
+    assert pool.starting == before
+    assert pool.starting + len(pool.core.workers) <= 25 + 25
+
+
+def test_spares_beyond_the_floor_retire_once_no_longer_used():
+    pool = Pool(floor=2)
+    pool.feed(ev.PrestartWorkers(pool.core.supply.floor))
+    assert pool.starting == 2
+    pool.register(2)
+    for t in range(10):
+        pool.feed(ev.WorkerWanted(t))
+    pool.register(pool.starting)
+    pool.exit([w for w, rec in pool.core.workers.items() if rec.role is WorkerRole.HANDED])
+    pool.register(pool.starting)
+    assert pool.core.idle_count() == 10 and pool.timers == [TRIM_KEY]
+    pool.fire_timers()  # one period: the peak of the period before is kept
+    assert pool.retired == [] and pool.timers == [TRIM_KEY]
+    pool.fire_timers()  # two without use: back to the floor, the least recently used first
+    assert len(pool.retired) == 8 and pool.core.idle_count() == 2
+    assert all(pool.core.role(w) is WorkerRole.RETIRED for w in pool.retired)
+    assert pool.timers == []
+    pool.exit(pool.retired)  # retired workers exiting start no replacement
+    assert pool.starting == 0
+
+
+def test_a_worker_that_ran_work_never_retires_idle():
+    """An idle worker that held a lease may still own objects or nested tasks it submitted:
+    retiring it would lose them. Only spares that never ran anything retire."""
+    pool = Pool(floor=1)
+    owners = []
+    for i in range(6):
+        lease = b"L%d" % i
+        pool.feed(ev.LeaseRequested(lease, "ipc://a", i, "f", Request(lease, "task", {})))
+        owners.append(lease)
+    pool.register(pool.starting)
+    used = [pool.core.leases[lease].worker for lease in owners]
+    for lease in owners:
+        pool.feed(ev.LeaseReturned(lease))
+    assert pool.core.idle_count() == 6 and pool.timers == []  # no spare among them
+    [actor] = [a.worker for a in pool.feed(ev.WorkerWanted(1)) if isinstance(a, ev.HandWorker)]
+    pool.exit([actor])  # its actor is killed: a spare replaces it
+    [spare] = pool.register(1)
+    assert pool.timers == [TRIM_KEY]
+    for _ in range(4):
+        pool.fire_timers()
+    assert pool.retired == [spare]
+    assert all(pool.core.role(w) is WorkerRole.IDLE for w in used if w != actor)
+
+
+def test_a_burst_beyond_the_bound_on_starts_starts_in_waves():
+    pool = Pool()
+    for t in range(STARTING_MAX + 10):
+        pool.feed(ev.WorkerWanted(t))
+    assert pool.starting == STARTING_MAX
+    pool.register(5)
+    assert pool.starting == STARTING_MAX  # each registration starts the next
+    pool.starting -= 1  # one start fails before its worker registers
+    pool.feed(ev.WorkerExited(b"never-registered", "exited with code 1"))
+    assert pool.starting == STARTING_MAX  # a failed start is replaced while anyone waits
+
+
+def test_a_lease_waiting_for_a_worker_has_one_starting():
+    pool = Pool()
+    lease = b"L1"
+    acts = pool.feed(ev.LeaseRequested(lease, "ipc://a", 1, "f", Request(lease, "task",
+                                                                          {"CPU": 1.0})))
+    assert any(isinstance(a, ev.SpawnWorker) for a in acts) and not pool.core.queues.idle
+    (worker,) = pool.register(1)[:1]
+    assert pool.core.leases[lease].worker == worker
+
+
+def test_a_stopping_node_starts_nothing():
+    pool = Pool()
+    pool.feed(ev.NodeStopping())
+    assert pool.feed(ev.WorkerWanted(1)) == []
+    assert pool.feed(ev.PrestartWorkers(pool.core.supply.floor)) == []
 
 
 def test_a_lease_that_finds_no_idle_worker_waits_for_one_already_starting():
