@@ -18,6 +18,7 @@ from zmesh.remote_function import RemoteFunction
 from zmesh.runtime import context
 
 _lock = threading.Lock()
+_auto_lock = threading.Lock()  # taken before `_lock`, never while holding it
 _state: dict[str, Any] = {}
 _started: list[tuple[str, str]] = []  # (session dir, node id) of every init in this process
 
@@ -69,15 +70,17 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             _authenticate(address, node_address, token)
         from zmesh.runtime.owner.client import CoreClient
 
-        client = CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
-        client.namespace = namespace or "default"
-        client.default_env = dict((runtime_env or {}).get("env_vars") or {})
-        if compat.is_installed():  # workers of a node started elsewhere learn it per task
-            client.default_env.setdefault(compat.ENV_VAR, "1")
+        client = None
         try:
+            client = CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
+            client.namespace = namespace or "default"
+            client.default_env = dict((runtime_env or {}).get("env_vars") or {})
+            if compat.is_installed():  # workers of a node started elsewhere learn it per task
+                client.default_env.setdefault(compat.ENV_VAR, "1")
             info = client.connect()
-        except BaseException:
-            client.close()
+        except BaseException:  # the node we started goes too, not when this process exits
+            if client is not None:
+                client.close()
             if proc is not None:
                 from zmesh.runtime.launcher import stop_node
 
@@ -116,7 +119,10 @@ def _auto_init() -> None:
 
     address = os.environ.get("ZMESH_ADDRESS") or (
         os.environ.get("RAY_ADDRESS") if ray_compat.is_installed() else None)
-    info = init(ignore_reinit_error=True)
+    with _auto_lock:  # threads that find no runtime at once: one starts it and says so
+        if context.maybe_client() is not None:
+            return
+        info = init(ignore_reinit_error=True)
     if address:
         line = f"Connecting to existing zmesh mesh at address: {info.get('address')}..."
     else:

@@ -247,3 +247,38 @@ def test_a_runtime_started_on_a_thread_outlives_the_thread(no_zmesh_leaks):
     assert zmesh.get(add_one.remote(1), timeout=60) == 2
     assert zmesh.api._state["proc"].poll() is None, "the node stopped"
     zmesh.shutdown()
+
+
+def test_an_init_whose_client_cannot_be_made_leaves_no_node_behind(monkeypatch):
+    """init() started its node, then making the driver's client failed (no fds left, say):
+    the node is stopped, not left to run until the driver exits."""
+    import zmesh.runtime.owner.client as client_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(client_module, "CoreClient", refuse)
+    before = {p.pid for p in psutil.Process().children()}
+    with pytest.raises(OSError, match="Too many open files"):
+        zmesh.init(num_cpus=1)
+    started = [p for p in psutil.Process().children() if p.pid not in before]
+    assert not zmesh.is_initialized()
+    assert wait_until(lambda: all_gone(started)), "the node outlived the failed init"
+
+
+def test_threads_that_start_the_runtime_together_announce_it_once():
+    """Ray's auto-init line comes once, however many threads find no runtime at once."""
+    code = textwrap.dedent("""
+        import threading, zmesh
+        barrier = threading.Barrier(4)
+        def use():
+            barrier.wait()
+            zmesh.get(zmesh.put(1))
+        threads = [threading.Thread(target=use) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        zmesh.shutdown()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stderr.count("zmesh.init() was called automatically") == 1, out.stderr
