@@ -79,9 +79,9 @@ def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
                ) -> tuple[subprocess.Popen[bytes], str, str]:
     """Start a node process; returns (process, node address, session dir) once it is bound.
 
-    `while_starting` runs here while the node process starts (the driver imports its client
-    meanwhile instead of waiting idle); if it raises, the node is stopped."""
-    sweep_dead_sessions(session_root())
+    The node process starts first; the sweep of dead sessions and `while_starting` (the
+    driver imports its client) run while it starts, not before. If either raises, the node
+    is stopped."""
     session_dir = new_session_dir()
     env = dict(os.environ)
     env.update(env_vars or {})
@@ -95,13 +95,15 @@ def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
            str(object_store_memory), "--parent-pid", str(os.getpid())]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
-    if while_starting is not None:
-        try:
+    try:
+        # while the node starts: sessions left by dead nodes (ours is too young to be swept)
+        sweep_dead_sessions(session_root())
+        if while_starting is not None:
             while_starting()
-        except BaseException:
-            proc.stdout.close()
-            stop_node(proc, session_dir)
-            raise
+    except BaseException:
+        proc.stdout.close()
+        stop_node(proc, session_dir)
+        raise
     line = proc.stdout.readline().decode()
     if not line.startswith("ZMESH-NODE-READY"):
         proc.kill()
