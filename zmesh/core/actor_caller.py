@@ -127,7 +127,7 @@ class Done(msgspec.Struct):
 Action = Send | Fail | Done
 
 
-class _Call(msgspec.Struct):
+class _Call(msgspec.Struct, gc=False):  # (atomic fields: no cycle, so not tracked)
     task_id: bytes
     seq: int  # submission order, never changes
     retries_left: int
@@ -161,7 +161,8 @@ class ActorCallerCore:
 
     def __init__(self, log_size: int = 10_000) -> None:
         self.actors: dict[bytes, _Actor] = {}
-        # (event, actions); the fast paths log (event class, *fields), expanded by story()
+        # (event, actions); the fast paths log (event name, *fields), expanded by story(): all
+        # atomic, so the collector stops tracking them (a class in them kept 10,000 tracked)
         self.log: deque[tuple[Any, ...]] = deque(maxlen=log_size)
 
     def handle(self, event: Event) -> list[Action]:
@@ -258,18 +259,18 @@ class ActorCallerCore:
         a.calls[tid] = _Call(tid, seq, a.max_task_retries, True)
         a.inflight.add(tid)
         wire = seq - a.seq_cut + a.seq_base
-        self.log.append((Submit, aid, tid, a.address, wire))
+        self.log.append(("Submit", aid, tid, a.address, wire))
         return a.address, wire
 
     def complete_fast(self, aid: bytes, tid: bytes) -> bool:
         """`handle(Completed(aid, tid))`: True when the answer is accepted (the Done)."""
         a = self.actors.get(aid)
         if a is None or tid not in a.inflight:
-            self.log.append((Completed, aid, tid))
+            self.log.append(("Completed", aid, tid))
             return False
         a.inflight.discard(tid)
         del a.calls[tid]
-        self.log.append((Completed, aid, tid, True))
+        self.log.append(("Completed", aid, tid, True))
         return True
 
     def _actor(self, aid: bytes) -> _Actor:
@@ -339,9 +340,9 @@ class ActorCallerCore:
 
 def _expand(entry: tuple[Any, ...]) -> tuple[Event, list[Action]]:
     """A log entry as (event, actions); the fast paths log their fields instead."""
-    if not isinstance(entry[0], type):
+    if not isinstance(entry[0], str):
         return entry[0], entry[1]
-    if entry[0] is Submit:
+    if entry[0] == "Submit":
         _, aid, tid, address, wire = entry
         return Submit(aid, tid), [Send(aid, tid, address, wire)]
     _, aid, tid, *done = entry
