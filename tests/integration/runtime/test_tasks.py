@@ -306,3 +306,19 @@ def test_leases_held_by_a_worker_that_dies_go_back_to_the_node(ray):
         ray.get(submit_then_die.remote(), timeout=30)
     assert wait_until(lambda: ray.available_resources().get("CPU") == 2.0, timeout=10), \
         ray.available_resources()
+
+
+def test_workers_draw_different_numpy_random_numbers(ray):
+    # Workers are forked from one fork server: a numpy random state it held would repeat in
+    # every worker. Each worker's numpy.random is its own (reseeded, or imported fresh).
+    @ray.remote
+    class Draw:
+        def draw(self):
+            import os
+
+            return os.getpid(), float(np.random.rand())
+
+    actors = [Draw.remote() for _ in range(4)]
+    draws = ray.get([a.draw.remote() for a in actors], timeout=60)
+    assert len({pid for pid, _ in draws}) == 4
+    assert len({x for _, x in draws}) == 4, draws

@@ -67,10 +67,7 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
 
     codec.warm()  # the message decoder too: each worker would build its own on first recv
     try:
-        # numpy.random too: each worker reseeds it after its fork (the parent's state would
-        # repeat in every worker), and numpy imports it lazily: ~10 extension modules and
-        # 10-20 ms of CPU per worker start when it was imported after the fork.
-        import numpy.random  # noqa: F401
+        import numpy  # noqa: F401
     except ImportError:
         pass
     # What is imported now stays shared with every fork: kept out of the collector's view, a
@@ -154,8 +151,13 @@ def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_ad
         if os.getppid() != me:  # the fork server died before the signal was armed
             os._exit(1)
         os.environ.update(rec.get("env") or {})
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
+        # Reseeded only if imported before the fork (its state would repeat in every worker).
+        # Not imported to reseed it: numpy imports numpy.random lazily, ~10 extension
+        # modules and 10-20 ms of CPU that every worker start paid; one imported later is
+        # seeded from the OS.
+        random = sys.modules.get("numpy.random")
+        if random is not None:
+            random.seed()
         from zmesh.runtime.worker import main as worker
 
         worker.main(node_address, session_dir, bytes(rec["id"]))
