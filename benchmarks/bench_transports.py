@@ -359,6 +359,8 @@ def report(
             f"{route:<6}{impl:<12}{rt:>12,.0f}{rt / raw_rt:>8.2f}"
             f"{msgs:>18,.0f}{msgs / raw_msgs:>8.2f}"
         )
+        if moved:
+            print(f"{'':<6}{impl:<12}{'bulk':>12}{moved / 1e9:>14.2f} GB/s")
         if impl.startswith("zmesh") and route == "tcp" and moved:
             bulk_rows.append((impl, rt, msgs, moved))
     if len(bulk_rows) != 2:

@@ -251,9 +251,10 @@ class KillWorker(msgspec.Struct, frozen=True):
 
 
 class RetireWorker(msgspec.Struct, frozen=True):
-    """Tell a worker that ran its max_calls to exit."""
+    """Tell an idle worker to exit: it ran its max_calls, or it is a spare beyond the pool."""
 
     worker: bytes
+    reason: str = "max_calls reached"
 
 
 class HandWorker(msgspec.Struct, frozen=True):

@@ -140,7 +140,7 @@ class PoolRules:
         for worker in [w for w in idle if not self.workers[w].used][:n]:
             idle.remove(worker)
             self.workers[worker].role = WorkerRole.RETIRED
-            out.append(RetireWorker(worker))
+            out.append(RetireWorker(worker, "an idle spare beyond the pool at rest"))
         if self.can_trim():
             self.supply.trimming = True
             out.append(SetTimer(TRIM_S, TRIM_KEY))

@@ -381,6 +381,7 @@ class Pool:
         self.starting = 0
         self.n = 0
         self.retired: list[bytes] = []
+        self.reasons: list[str] = []
         self.timers: list[tuple[str, bytes]] = []
 
     def feed(self, event: ev.Event) -> list[ev.Action]:
@@ -388,6 +389,7 @@ class Pool:
         self.core.validate()
         self.starting += sum(isinstance(a, ev.SpawnWorker) for a in actions)
         self.retired += [a.worker for a in actions if isinstance(a, ev.RetireWorker)]
+        self.reasons += [a.reason for a in actions if isinstance(a, ev.RetireWorker)]
         self.timers += [a.key for a in actions if isinstance(a, ev.SetTimer)]
         assert self.core.supply.starting == self.starting
         return actions
@@ -468,6 +470,8 @@ def test_spares_beyond_the_floor_retire_once_no_longer_used():
     assert pool.retired == [] and pool.timers == [TRIM_KEY]
     pool.fire_timers()  # two without use: back to the floor, the least recently used first
     assert len(pool.retired) == 8 and pool.core.idle_count() == 2
+    # the worker is told why (it logs it): not the max_calls text of a worker that ran out
+    assert set(pool.reasons) == {"an idle spare beyond the pool at rest"}
     assert all(pool.core.role(w) is WorkerRole.RETIRED for w in pool.retired)
     assert pool.timers == []
     pool.exit(pool.retired)  # retired workers exiting start no replacement

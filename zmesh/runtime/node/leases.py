@@ -157,7 +157,7 @@ class LeaseShell:
                 case nl.RetireWorker():
                     info = self.infos[action.worker]
                     info.state, info.lease_id = "retired", b""
-                    ports.send(info.address, m.Shutdown(reason="max_calls reached"))
+                    ports.send(info.address, m.Shutdown(reason=action.reason))
                 case nl.HandWorker():
                     self._waiters.pop(action.token)(self.infos[action.worker])
                 case nl.HandedWorkerDied():
