@@ -83,7 +83,7 @@ from zmesh.core.scheduling import (
     Infeasible,
     Pending,
 )
-from zmesh.core.worker_supply import TRIM_KEY, TRIM_S, PoolRules, WorkerSupply
+from zmesh.core.worker_supply import TRIM_KEY, PoolRules, WorkerSupply
 from zmesh.errors import TaskUnschedulableError, ZmeshSystemError
 
 
@@ -442,10 +442,7 @@ class NodeLeases(PoolRules):
             return [HandWorker(self.queues.wants.popleft(), worker)]
         rec.role = WorkerRole.IDLE
         self.queues.idle.append(worker)
-        if not self.supply.trimming and self.can_trim():
-            self.supply.trimming = True  # a spare beyond the pool at rest: it may retire
-            return [SetTimer(TRIM_S, TRIM_KEY)]
-        return []
+        return self._arm_trim()  # a spare beyond the pool at rest may retire
 
     def _blocked(self, worker: bytes, blocked: bool) -> list[Action]:
         rec = self.workers.get(worker)

@@ -141,7 +141,11 @@ class PoolRules:
             idle.remove(worker)
             self.workers[worker].role = WorkerRole.RETIRED
             out.append(RetireWorker(worker, "an idle spare beyond the pool at rest"))
-        if self.can_trim():
-            self.supply.trimming = True
-            out.append(SetTimer(TRIM_S, TRIM_KEY))
-        return out
+        return out + self._arm_trim()
+
+    def _arm_trim(self) -> list[Action]:
+        """The trim timer, if none is armed and a spare beyond the pool at rest may retire."""
+        if self.supply.trimming or not self.can_trim():
+            return []
+        self.supply.trimming = True
+        return [SetTimer(TRIM_S, TRIM_KEY)]

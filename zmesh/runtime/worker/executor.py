@@ -285,18 +285,15 @@ class Executor:
                attempt: int = 0) -> m.TaskResult:
         """Send a task's result to its owner; the message, to send again if asked."""
         ok = True
+        for value in returns:
+            if value.is_error:
+                ok = False
         if self.actor is None:  # (kept for the chained tasks of this worker; an actor has none)
             produced = self.produced
             for i, value in enumerate(returns):
                 produced[IdGen.object_id(task_id, i)] = value
-                if value.is_error:
-                    ok = False
             while len(produced) > 256:  # (an OrderedDict: a dict's oldest key is found by a scan)
                 produced.popitem(last=False)
-        else:
-            for value in returns:
-                if value.is_error:
-                    ok = False
         events.recorder.end(task_id, ok)
         borrowed: list[bytes] = []
         if refs:
