@@ -116,3 +116,19 @@ def test_a_lease_passed_on_and_returned_before_its_origin_hears_is_released(seed
 
     violations, _ = run_schedule(seed, [("task", 0)] * 50)
     assert violations == []
+
+
+@zmesh.remote(max_calls=1)
+def once(x: int) -> int:
+    return x * 3
+
+
+def test_a_worker_told_to_shut_down_exits_and_leaves_the_pool() -> None:
+    with sim_mesh(nodes=1, seed=4) as mesh:
+        assert zmesh.get([once.remote(i) for i in range(5)], timeout=60) == [0, 3, 6, 9, 12]
+        pool = mesh.nodes[mesh.node_names[0]].pool
+        # each retired after one call (max_calls=1): its process exits, the node forgets it
+        assert mesh.run_until(lambda: not any(i.state == "retired"
+                                              for i in pool.by_pid.values()), timeout=30)
+        assert all(not proc.alive for pid, proc in pool.procs.items() if pid not in pool.by_pid)
+        assert zmesh.get(once.remote(7), timeout=60) == 21  # the pool still serves

@@ -115,6 +115,22 @@ class SimWorkerPool:
         mesh.processes.append(proc)
         executor = SimExecutor(client, mesh.kernel, proc)
         attach(client, executor)
+        # A worker told to shut down exits, and its node hears of it from its fork server,
+        # as a real one does: without this it stayed "retired" in the pool forever.
+        loop.on(m.Shutdown, lambda s, msg, b: self._exit_soon(info))
+
+    def _exit_soon(self, info: WorkerInfo) -> None:
+        kernel = self.mesh.kernel
+        kernel.schedule(kernel.now, self.proc, self._exited, info)
+
+    def _exited(self, info: WorkerInfo) -> None:
+        """The worker's process ends by itself (status 0); runs on the node's process."""
+        proc = self.procs.get(info.pid)
+        if proc is None or not proc.alive:
+            return
+        self.mesh.note(f"{proc.name} exited after Shutdown ({info.state})")
+        self.mesh.kernel.kill(proc)
+        self.node._worker_exited(info.pid, 0)
 
     def kill(self, info: WorkerInfo, sig: int = signal.SIGKILL) -> None:
         """Kill the worker's process; the node hears of its exit as from a fork server."""
