@@ -218,10 +218,11 @@ class GroupScheduling:
             del self._running[wid]
             self._evicted.add(wid)
         self._bundles.release(pg_id)
+        coordinated = pg_id in self._groups
         remote = self._groups.remove(pg_id)
         self._layouts.pop(pg_id, None)
         self._removed_pgs.add(pg_id)
-        out: list[Decision] = [PGRemoved(pg_id, affected)]
+        out: list[Decision] = [PGRemoved(pg_id, affected, coordinated)]
         out += [PGRelease(pg_id, node) for node in remote]
         doomed = self._waiting.remove_where(lambda w: _in_group(w, pg_id))
         doomed += [self._infeasible.pop(w.req.work_id) for w in list(self._infeasible.values())

@@ -164,10 +164,13 @@ class PGInfeasible(msgspec.Struct, frozen=True):
 
 
 class PGRemoved(msgspec.Struct, frozen=True):
-    """The group's bundles on this node are released; kill the work in `affected_work_ids`."""
+    """The group's bundles on this node are released; kill the work in `affected_work_ids`.
+    `coordinated`: this node coordinated the group, so the group itself is gone (not only
+    this node's part of it), and only then may this node tell others it was removed."""
 
     pg_id: PlacementGroupId
     affected_work_ids: tuple[WorkId, ...]
+    coordinated: bool = False
 
 
 class PGPrepare(msgspec.Struct, frozen=True):

@@ -137,7 +137,7 @@ def test_removing_a_group_frees_everything_and_names_the_work_to_kill() -> None:
     s.submit(in_bundle(2, 0))
     s.submit(Request(wid(3), resources={"CPU": 3}))  # waits for the group's CPUs
     out = s.remove_placement_group("pg")
-    assert out[0] == PGRemoved("pg", (wid(1),))
+    assert out[0] == PGRemoved("pg", (wid(1),), coordinated=True)  # made here
     [failed] = [d for d in out if isinstance(d, Failed)]
     assert failed.work_id == wid(2) and isinstance(failed.error, TaskUnschedulableError)
     assert [d.work_id for d in out if isinstance(d, Dispatch)] == [wid(3)]

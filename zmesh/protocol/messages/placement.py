@@ -104,12 +104,15 @@ class LookupGroup(Message, tag=128):
 
 
 class GroupLayout(Message, tag=129):
-    """Bundle i of `pg_id` lives on nodes[i] (state `ready`), or the group was `removed`."""
+    """Bundle i of `pg_id` lives on nodes[i] (state `ready`), or the group was `removed`:
+    by its coordinator (`coordinator` empty), or so the sender concluded when it took the
+    coordinator at address `coordinator` for dead."""
 
     pg_id: str
     state: str
     nodes: list[str] = []
     bundles: list[dict[str, float]] = []
+    coordinator: str = ""
 
 
 PLACEMENT_MESSAGES: tuple[type[Message], ...] = (

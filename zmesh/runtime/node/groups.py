@@ -50,6 +50,11 @@ class GroupRelay:
         self.coordinator: dict[str, str] = {}  # pg_id -> address of the node coordinating it
         self.lookers: dict[str, set[str]] = {}  # pg_id -> nodes waiting for its layout
         self.removed: set[str] = set()
+        # pg_id -> why this node may tell others the group is gone: "" when it coordinated the
+        # group or heard so from its coordinator; the coordinator's address when it released
+        # its part because it took that coordinator for dead (an asker that still sees the
+        # coordinator alive waits for the coordinator's own answer instead)
+        self.gone: dict[str, str] = {}
         self._retry_armed = False
         self._check_armed = False
         loop = node.loop
@@ -98,6 +103,8 @@ class GroupRelay:
                 self._send_layout(address, d.pg_id)
         elif isinstance(d, PGRemoved):
             self.removed.add(d.pg_id)
+            if d.coordinated:
+                self.gone[d.pg_id] = ""
             for address in self.lookers.pop(d.pg_id, set()):
                 self._send_layout(address, d.pg_id)
         self.arm_retry()
@@ -126,6 +133,7 @@ class GroupRelay:
     def _on_prepare(self, sender: str, msg: p.PrepareBundles, bufs: list[Any]) -> None:
         node = self.node
         self.coordinator[msg.pg_id] = sender
+        self.gone.pop(msg.pg_id, None)  # its coordinator lives and places it again
         for d in node.scheduler.prepare_bundles(msg.pg_id, msg.attempt, msg.bundles):
             if isinstance(d, BundlesPrepared):
                 node.loop.send(sender, p.BundlesReserved(
@@ -151,6 +159,7 @@ class GroupRelay:
     def _on_commit(self, sender: str, msg: p.CommitBundles, bufs: list[Any]) -> None:
         node = self.node
         self.coordinator[msg.pg_id] = sender
+        self.gone.pop(msg.pg_id, None)
         node.apply(node.scheduler.commit_bundles(msg.pg_id, msg.nodes, msg.bundles))
         if not self._check_armed:
             self._check_armed = True
@@ -175,6 +184,8 @@ class GroupRelay:
         node.apply(node.scheduler.abort_bundles(msg.pg_id))
 
     def _on_release(self, sender: str, msg: p.ReleaseBundles, bufs: list[Any]) -> None:
+        if self.coordinator.get(msg.pg_id, sender) == sender:
+            self.gone[msg.pg_id] = ""  # the coordinator itself removed it
         self.release(msg.pg_id)
 
     def release(self, pg_id: str) -> None:
@@ -189,8 +200,9 @@ class GroupRelay:
         node.apply(node.scheduler.remove_placement_group(pg_id))
 
     def _on_lookup(self, sender: str, msg: p.LookupGroup, bufs: list[Any]) -> None:
-        if msg.pg_id in self.removed:
-            self._send_layout(sender, msg.pg_id)
+        if msg.pg_id in self.gone:
+            self.node.loop.send(sender, p.GroupLayout(pg_id=msg.pg_id, state="removed",
+                                                      coordinator=self.gone[msg.pg_id]))
         elif msg.pg_id in self._coordinated():
             if self._layout(msg.pg_id) is not None:
                 self._send_layout(sender, msg.pg_id)
@@ -200,6 +212,11 @@ class GroupRelay:
     def _on_layout(self, sender: str, msg: p.GroupLayout, bufs: list[Any]) -> None:
         node = self.node
         if msg.state == "removed":
+            if msg.coordinator and msg.coordinator in self.live_peers():
+                # a node that took the group's coordinator for dead; this node sees it
+                # alive, and the coordinator answers for its group itself
+                return
+            self.gone.setdefault(msg.pg_id, msg.coordinator)
             self.release(msg.pg_id)
         elif msg.state == "ready" and msg.pg_id not in self._coordinated():
             affected, decisions = node.scheduler.drop_stale_bundles(msg.pg_id, msg.nodes)
@@ -215,6 +232,7 @@ class GroupRelay:
             if coordinator == address:
                 logger.info("placement group %s: its coordinating node %s is gone; releasing "
                             "its bundles here", pg_id, node_id)
+                self.gone.setdefault(pg_id, address)
                 self.release(pg_id)
         for lookers in self.lookers.values():
             lookers.discard(address)
