@@ -1,30 +1,24 @@
 """Packing call arguments: top-level refs become placeholders resolved before the call.
 
-Refs at the top level of args/kwargs are replaced by `ArgRef(i)` and their values sent
-alongside, so the callee gets values; refs nested in containers travel as refs.
+Refs at the top level of args/kwargs are taken out (their slots hold None) and their values
+sent alongside, so the callee gets values; refs nested in containers travel as refs. The
+data is `[args, kwargs, slots]` (slots: each top ref's position or keyword), plain lists so
+that plain arguments take the msgspec serializer, not pickle; arguments that are all refs
+(a chain: `f.remote(ref)`) are the one byte `ONLY_REFS`, with nothing to serialize at all.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import zmesh.serializers as registry
 from zmesh.object_ref import ObjectRef
 from zmesh.protocol.messages.runtime import Args, Value
 from zmesh.runtime import context, values
 
-
-class ArgRef(NamedTuple):
-    """Placeholder for the value of the i-th top-level ref argument."""
-
-    index: int  # type: ignore[assignment]
-
-
-class SpilledArgs(NamedTuple):
-    """Placeholder for arguments too big to inline: the i-th top-level ref holds
-    (args, kwargs)."""
-
-    index: int  # type: ignore[assignment]
+ONLY_REFS = b"\x02"
+"""The data of arguments that are all top-level refs, positional: the values are the call's
+arguments in order. (Inline values start with 1, stored layouts with their magic.)"""
 
 
 def pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -33,49 +27,63 @@ def pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]
     if not args and not kwargs:
         return b"", [], []
     top: list[ObjectRef] = []
-
-    def swap(v: Any) -> Any:
+    slots: list[int | str] = []
+    a = list(args)
+    for i, v in enumerate(a):
         if type(v) is ObjectRef:
             top.append(v)
-            return ArgRef(len(top) - 1)
-        return v
-
-    a = tuple(swap(v) for v in args)
-    k = {key: swap(v) for key, v in kwargs.items()} if kwargs else {}
-    s, nested = values.serialize((a, k))
+            slots.append(i)
+            a[i] = None
+    if not kwargs:
+        if len(top) == len(a):
+            return ONLY_REFS, top, []
+        k: dict[str, Any] = {}
+    else:
+        k = dict(kwargs)
+        for key, v in k.items():
+            if type(v) is ObjectRef:
+                top.append(v)
+                slots.append(key)
+                k[key] = None
+    s, nested = values.serialize([a, k, slots])
     if s.nbytes > values.INLINE_LIMIT:
         # too big to travel in the message (a large value, or a huge argument list): the
-        # whole (args, kwargs) goes to the store as one object, passed as one more top ref
-        whole = context.current_client().put((a, k))
-        spilled = SpilledArgs(len(top))
+        # whole [args, kwargs, slots] goes to the store as one object, passed as one more
+        # top ref, whose index the data's fourth item names
+        whole = context.current_client().put([a, k, slots])
+        s, nested = values.serialize([[], {}, [], len(top)])
         top.append(whole)
-        s, nested = values.serialize(((spilled,), {}))
     return values.pack(s), top, nested
 
 
 def unpack_args(packed: Args, read: values.Reader | None
                 ) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
     """(args, kwargs, refs deserialized from the data); raises the error of a failed ref arg."""
-    if not packed.data:
+    data = packed.data
+    if not data:
         return (), {}, []
+    if data == ONLY_REFS:
+        return tuple([_value(v, read) for v in packed.refs]), {}, []
     with context.RefCollector() as collected:
-        raw = registry.deserialize(values.unpack(packed.data), trusted=True)
-    a, k = raw
+        raw = registry.deserialize(values.unpack(data), trusted=True)
+    a, k, slots = raw[0], raw[1], raw[2]
     refs = collected.refs
     if packed.refs:
-        spilled = a[0].index if len(a) == 1 and not k and type(a[0]) is SpilledArgs else -1
+        spilled = raw[3] if len(raw) == 4 else -1
         resolved: list[Any] = []
         for i, v in enumerate(packed.refs):
             if i == spilled:  # the arguments themselves: refs inside are the task's too
                 with context.RefCollector() as inner:
-                    a, k = _value(v, read)
+                    a, k, slots = _value(v, read)
                 refs = refs + inner.refs
-                resolved.append(None)
             else:
                 resolved.append(_value(v, read))
-        a = tuple(resolved[v.index] if type(v) is ArgRef else v for v in a)
-        k = {key: resolved[v.index] if type(v) is ArgRef else v for key, v in k.items()}
-    return a, k, refs
+        for slot, value in zip(slots, resolved):
+            if type(slot) is int:
+                a[slot] = value
+            else:
+                k[slot] = value
+    return tuple(a), k, refs
 
 
 def _value(v: Value, read: values.Reader | None) -> Any:

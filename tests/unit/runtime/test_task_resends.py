@@ -96,3 +96,20 @@ def test_a_repeat_tells_a_running_call_from_an_answered_and_forgotten_one() -> N
         replies.expect(tid)
         replies.put(m.TaskResult(task_id=tid, returns=[]))
     assert replies.repeat(b"a") == (None, True)  # answered and forgotten: it never comes
+
+
+def test_a_long_queue_of_tasks_is_kept_whole_and_trimmed_as_they_finish() -> None:
+    """A chain queues thousands of tasks at one worker at once: none may be forgotten while
+    queued, and the finished ones go as the bound is passed, oldest first."""
+    recent = RecentTasks(keep=8)
+    ids = [b"t%03d" % i for i in range(100)]
+    for tid in ids:
+        assert recent.take(_task(tid)) == (True, None)
+    assert all(recent.take(_task(tid)) == (False, None) for tid in ids)  # all still queued
+    results = {tid: m.TaskResult(task_id=tid, returns=[]) for tid in ids}
+    for tid in ids[:95]:
+        recent.finished(tid, 0, results[tid])
+    assert recent.take(_task(ids[0]))[0]  # the oldest finished went (and runs again)
+    assert recent.take(_task(ids[94])) == (False, results[ids[94]])  # the newest is kept
+    assert all(recent.take(_task(tid)) == (False, None) for tid in ids[95:])  # still queued
+    assert len(recent._tasks) <= 8 + 8 // 16 + 1

@@ -36,22 +36,26 @@ def _size(result: m.TaskResult) -> int:
 
 
 _RUNNING = None
+_ABSENT = object()
 
 
 class RecentTasks:
     """(task id, attempt) -> None while queued or running, its TaskResult once finished.
 
     Every task passes here twice (`take`, `finished`), so both are a lock, a dict operation
-    or two and a size; past `keep` (by a sixteenth) the oldest go, in one batch. The oldest
-    entry is the first, usually finished (tasks end in about the order they came): an
-    OrderedDict finds it at once, where a plain dict would scan past the slots of those
-    taken before it."""
+    or two and a size; past `keep` (by a sixteenth) the oldest finished go, in one batch.
+    The oldest entry is the first, usually finished (tasks end in about the order they
+    came): an OrderedDict finds it at once, where a plain dict would scan past the slots of
+    those taken before it. Only finished entries can go: while none is (a chain of
+    thousands of tasks queued at once) no trim runs, where one at every task scanned them
+    all."""
 
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
         self._trim_at = keep + keep // 16
         self._tasks: OrderedDict[tuple[bytes, int], m.TaskResult | None] = OrderedDict()
         self._bytes = 0
+        self._done = 0  # finished entries (the ones a trim may drop)
         self._lock = threading.Lock()  # the loop thread takes, the executor thread finishes
 
     def take(self, msg: m.ExecuteTask) -> tuple[bool, m.TaskResult | None]:
@@ -59,10 +63,11 @@ class RecentTasks:
         key = (msg.task_id, msg.attempt)
         tasks = self._tasks
         with self._lock:
-            if key in tasks:
-                return False, tasks[key]
+            known = tasks.get(key, _ABSENT)
+            if known is not _ABSENT:
+                return False, known  # type: ignore[return-value]
             tasks[key] = _RUNNING
-            if len(tasks) > self._trim_at:  # trimmed in batches: not at every task
+            if len(tasks) > self._trim_at and self._done:  # in batches: not at every task
                 self._trim()
             return True, None
 
@@ -73,27 +78,32 @@ class RecentTasks:
         size = 64 + len(returns[0].data) if len(returns) == 1 else _size(result)
         tasks = self._tasks
         with self._lock:
-            if key in tasks:
+            if key in tasks and tasks[key] is None:
                 tasks[key] = result
+                self._done += 1
                 self._bytes += size
-                if self._bytes > KEEP_BYTES:
+                if self._bytes > KEEP_BYTES or len(tasks) > self._trim_at:
                     self._trim()
 
     def _trim(self) -> None:
-        """Forget the oldest finished tasks past the bounds (a queued or running one is
-        kept: forgetting it would let a repeat run it a second time beside it)."""
+        """Forget the oldest finished tasks past the bounds. A queued or running one is
+        kept (forgetting it would let a repeat run it a second time beside it): set aside
+        and put back first. Tasks end in the order they came, so the finished ones are the
+        oldest but for the one running (put back first by an earlier trim)."""
         tasks = self._tasks
-        while len(tasks) > self._keep or self._bytes > KEEP_BYTES:
+        keep = self._keep
+        aside: list[tuple[bytes, int]] = []
+        while (len(tasks) + len(aside) > keep or self._bytes > KEEP_BYTES) and self._done:
             key, old = tasks.popitem(last=False)  # the oldest, usually finished
-            if old is None:  # it still runs: it stays (first again); the oldest finished goes
-                tasks[key] = None
-                tasks.move_to_end(key, last=False)
-                found = next((k for k, v in tasks.items() if v is not None), None)
-                if found is None:
-                    return
-                old = tasks.pop(found)
-            assert old is not None
-            self._bytes -= _size(old)
+            if old is None:
+                aside.append(key)
+                continue
+            self._done -= 1
+            returns = old.returns
+            self._bytes -= 64 + len(returns[0].data) if len(returns) == 1 else _size(old)
+        for key in reversed(aside):
+            tasks[key] = None
+            tasks.move_to_end(key, last=False)
 
 
 class CallReplies:
