@@ -113,3 +113,19 @@ def test_a_long_queue_of_tasks_is_kept_whole_and_trimmed_as_they_finish() -> Non
     assert recent.take(_task(ids[94])) == (False, results[ids[94]])  # the newest is kept
     assert all(recent.take(_task(tid)) == (False, None) for tid in ids[95:])  # still queued
     assert len(recent._tasks) <= 8 + 8 // 16 + 1
+
+
+def test_a_repeat_finds_its_answer_among_the_kept_ones_the_newest_if_answered_twice() -> None:
+    from zmesh.runtime.worker.recent_tasks import CallReplies
+
+    replies = CallReplies(keep=8)
+    for i in range(20):
+        tid = bytes([i])
+        replies.expect(tid)
+        replies.put(m.TaskResult(task_id=tid, returns=[m.Value(data=bytes([i]))]))
+    assert [i for i in range(20) if replies.get(bytes([i])) is not None] == list(range(12, 20))
+    assert replies.repeat(bytes([3])) == (None, True)  # answered, then forgotten
+    again = m.TaskResult(task_id=bytes([15]), returns=[m.Value(data=b"again")])
+    replies.put(again)  # answered again (an error for a repeat whose answer was forgotten)
+    assert replies.repeat(bytes([15])) == (again, False)
+    assert replies.get(bytes([12])) is None  # the oldest made room for it

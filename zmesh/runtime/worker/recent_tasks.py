@@ -12,7 +12,7 @@ entries go first (a resend comes seconds after the first send, not hundreds of t
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from zmesh.protocol.messages import runtime as m
 
@@ -107,15 +107,20 @@ class RecentTasks:
 
 
 class CallReplies:
-    """An actor's latest answers by call id, to send again when a caller repeats a call it
-    did not hear back from (its mailbox drops the repeat: it ran, or runs, already), and the
-    calls released but not yet answered, so a repeat tells "still running" (its answer will
-    come) from "answered and forgotten" (it never will)."""
+    """An actor's latest answers, to send again when a caller repeats a call it did not hear
+    back from (its mailbox drops the repeat: it ran, or runs, already), and the calls
+    released but not yet answered, so a repeat tells "still running" (its answer will come)
+    from "answered and forgotten" (it never will).
+
+    Every call of an actor comes through `expect` and `put`, and a repeat is rare (a caller
+    repeats a call seconds after it sent it): so the answers are kept in the order they went
+    out, in a bounded deque with no index by call id, and a repeat looks its answer up by a
+    scan from the newest (~10 us for 512, once per repeat instead of a dict entry made and
+    dropped per call)."""
 
     def __init__(self, keep: int = KEEP) -> None:
         self._keep = keep
-        # each answer with its size, counted once (every call of an actor comes through here)
-        self._replies: OrderedDict[bytes, tuple[m.TaskResult, int]] = OrderedDict()
+        self._replies: deque[m.TaskResult] = deque()
         self._pending: set[bytes] = set()
         self._bytes = 0
         self._lock = threading.Lock()  # call threads put, the loop thread gets
@@ -126,32 +131,30 @@ class CallReplies:
         self._pending.add(task_id)
 
     def put(self, result: m.TaskResult) -> None:
-        size = 64
-        for value in result.returns:
-            size += len(value.data)
-        task_id = result.task_id
+        returns = result.returns
+        size = 64 + len(returns[0].data) if len(returns) == 1 else _size(result)
+        replies = self._replies
         with self._lock:
-            self._pending.discard(task_id)
-            replies = self._replies
-            old = replies.pop(task_id, None)
-            if old is not None:
-                self._bytes -= old[1]
-            replies[task_id] = (result, size)
+            self._pending.discard(result.task_id)
+            if len(replies) >= self._keep:  # the oldest goes (its size is read again)
+                self._bytes -= _size(replies.popleft())
+            replies.append(result)
             self._bytes += size
-            while len(replies) > self._keep or self._bytes > KEEP_BYTES:
-                self._bytes -= replies.popitem(last=False)[1][1]
-                if not replies:
-                    break
+            while self._bytes > KEEP_BYTES and replies:
+                self._bytes -= _size(replies.popleft())
 
     def get(self, task_id: bytes) -> m.TaskResult | None:
+        """The newest answer kept for the call, if any."""
         with self._lock:
-            kept = self._replies.get(task_id)
-        return None if kept is None else kept[0]
+            for result in reversed(self._replies):
+                if result.task_id == task_id:
+                    return result
+        return None
 
     def repeat(self, task_id: bytes) -> tuple[m.TaskResult | None, bool]:
         """For a repeat of a released call: (its kept answer, whether it was forgotten)."""
         with self._lock:
-            kept = self._replies.get(task_id)
-            if kept is not None:
-                return kept[0], False
+            for result in reversed(self._replies):
+                if result.task_id == task_id:
+                    return result, False
             return None, task_id not in self._pending
