@@ -18,6 +18,8 @@ from zmesh.serializers import Serialized, layout
 from zmesh.task_error import TaskError
 
 INLINE_LIMIT = 100 * 1024
+_SURELY_INLINE = INLINE_LIMIT - 1024  # a header this short packs within INLINE_LIMIT
+_ATOMS = frozenset({int, float, bool, str, bytes})
 
 # (object_id, size) -> (location, writable memoryview); the caller seals after writing.
 Allocator = Callable[[bytes, int], tuple[StoreLoc, memoryview]]
@@ -71,9 +73,18 @@ def encode(
     serializer: str | None = None,
 ) -> tuple[Value, list[Any]]:
     """A Value for `obj` and the refs nested in it; large values go to the store if we can."""
-    if obj is None and serializer is None:
-        return NONE_VALUE, []
-    s, refs = serialize(obj, serializer)
+    if serializer is None:
+        if obj is None:
+            return NONE_VALUE, []
+        if type(obj) in _ATOMS:  # (most results) no ref can be inside: nothing to collect
+            s = registry.serialize(obj)
+            refs: list[Any] = []
+        else:
+            s, refs = serialize(obj)
+    else:
+        s, refs = serialize(obj, serializer)
+    if not s.buffers and len(s.header) <= _SURELY_INLINE:  # its size needs no layout
+        return Value(data=pack(s)), refs
     size = layout.packed_size(s)
     if size <= INLINE_LIMIT or allocate is None or seal is None:
         return Value(data=pack(s)), refs
