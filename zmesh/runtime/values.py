@@ -55,6 +55,7 @@ def unpack(buf: Any) -> Any:
 
 
 NONE_VALUE = Value(data=pack(registry.serialize(None)))
+_NONE_DATA = NONE_VALUE.data
 
 
 def serialize(obj: Any, serializer: str | None = None) -> tuple[Any, list[Any]]:
@@ -110,6 +111,8 @@ def encode_error(exc: BaseException) -> Value:
 
 def decode(value: Value, read: Reader | None) -> Any:
     """The Python value of a Value (an error Value decodes to its exception object)."""
+    if value.data == _NONE_DATA and not value.is_error:  # the commonest answer: no unpacking
+        return None
     if value.loc is None:
         buf: memoryview = memoryview(value.data)
     else:

@@ -411,7 +411,8 @@ class ActorCaller:
         if msg.borrowed:
             self.client.objects.add_borrower(msg.borrowed, sender)
         self._complete(call, msg.returns)
-        self._settled(call.rec)
+        if call.rec.out_of_scope:
+            self._settled(call.rec)
         if msg.contained:
             self.client.hold_returned(sender, [IdGen.object_id(call.task_id, i) for i in
                                                range(max(call.num_returns, 1))], msg.contained)

@@ -86,9 +86,7 @@ class ObjectTable:
             if not actions:
                 return actions
             freed = self._drop_freed(actions)
-        for oid, entry in freed:
-            if self.free_needs_loop(oid, entry):
-                self._post(self._on_free, oid, entry)
+        self._post_freed(freed)
         return actions
 
     def _drop_freed(self, actions: list[Action]) -> list[tuple[bytes, ObjectEntry]]:
@@ -107,6 +105,12 @@ class ObjectTable:
                     assert_never(action)
         return freed
 
+    def _post_freed(self, freed: list[tuple[bytes, ObjectEntry]]) -> None:
+        """Hand the freed objects that need it to `on_free` on the loop (lock not held)."""
+        for oid, entry in freed:
+            if self.free_needs_loop(oid, entry):  # most refs are owned inline values
+                self._post(self._on_free, oid, entry)
+
     # -- counting --------------------------------------------------------------------------
     def incref(self, object_id: bytes, owner: str) -> None:
         with self.lock:
@@ -117,18 +121,18 @@ class ObjectTable:
     def decref(self, object_id: bytes) -> None:
         with self.lock:
             actions = self.core.release_local(object_id)
-            if actions is True:  # the common case: only it is freed
+            if actions is True:  # the common case: only it is freed (no list made for it)
                 entry = self.entries.pop(object_id, None)
                 if entry is None:
                     return
-                freed = [(object_id, entry)]
             elif not actions:
                 return
             else:
-                freed = self._drop_freed(actions)
-        for oid, entry in freed:
-            if self.free_needs_loop(oid, entry):  # most refs are owned inline values
-                self._post(self._on_free, oid, entry)
+                entry, freed = None, self._drop_freed(actions)
+        if entry is None:
+            self._post_freed(freed)
+        elif self.free_needs_loop(object_id, entry):  # most refs are owned inline values
+            self._post(self._on_free, object_id, entry)
 
     def add_submitted(self, object_ids: Sequence[bytes]) -> None:
         with self.lock:
@@ -140,9 +144,7 @@ class ObjectTable:
             if not actions:
                 return
             freed = self._drop_freed(actions)
-        for oid, entry in freed:
-            if self.free_needs_loop(oid, entry):
-                self._post(self._on_free, oid, entry)
+        self._post_freed(freed)
 
     def add_borrower(self, object_ids: Sequence[bytes], borrower: str) -> None:
         self.handle(AddBorrower(tuple(object_ids), borrower))
