@@ -67,8 +67,12 @@ class Record(msgspec.Struct):
 class Ownership:
     """The ownership machine of one process at `address`; `handle(event) -> actions`."""
 
-    def __init__(self, address: str, log_size: int = 10_000) -> None:
+    def __init__(self, address: str, log_size: int = 10_000,
+                 record: type[Record] = Record) -> None:
         self.address = address
+        # the class of the records made (a shell may extend Record with fields of its own,
+        # e.g. the value, so that one object per tracked object serves both)
+        self._record = record
         self.records: dict[bytes, Record] = {}
         self.dead_owners: list[tuple[str, str, str]] = []  # (address, ipc prefix, why)
         self.probing: dict[str, set[bytes]] = {}  # owner -> failed reads awaiting a verdict
@@ -96,7 +100,7 @@ class Ownership:
         if rec is not None:
             rec.local += 1
             return None
-        rec = self.records[object_id] = Record(owner, owner == self.address, 1)
+        rec = self.records[object_id] = self._record(owner, owner == self.address, 1)
         return rec
 
     def remove_local(self, object_id: bytes) -> list[Action]:
@@ -156,7 +160,7 @@ class Ownership:
     def _add_local(self, e: AddLocal, out: list[Action]) -> None:
         rec = self.records.get(e.object_id)
         if rec is None:
-            rec = self.records[e.object_id] = Record(e.owner, e.owner == self.address)
+            rec = self.records[e.object_id] = self._record(e.owner, e.owner == self.address)
         rec.local += 1
 
     def _remove_local(self, e: RemoveLocal, out: list[Action]) -> None:
@@ -270,7 +274,7 @@ class Ownership:
         for i in inner:
             rec = self.records.get(i)
             if rec is None:
-                rec = self.records[i] = Record(owner, owner == self.address)
+                rec = self.records[i] = self._record(owner, owner == self.address)
             rec.local += 1
         host.held = host.held + inner
 

@@ -6,7 +6,6 @@ import gc
 import threading
 
 from zmesh.object_ref import ObjectRef
-from zmesh.runtime.owner import objects as objects_module
 from zmesh.runtime.owner.objects import ObjectTable
 
 
@@ -28,13 +27,15 @@ def test_a_ref_collected_while_the_table_is_locked_does_not_deadlock(monkeypatch
     cycle: list[object] = [doomed]
     cycle.append(cycle)  # only the cycle collector can free it now
     del doomed, cycle
-    real_init = objects_module.ObjectEntry.__init__
+    core = client.objects.core
+    real_add_local = core.add_local
 
-    def collecting_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        real_init(self, *args, **kwargs)
+    def collecting_add_local(object_id: bytes, owner: str) -> object:
+        record = real_add_local(object_id, owner)  # (made under the table's lock)
         gc.collect()  # as an allocation inside incref may: runs the doomed ref's __del__
+        return record
 
-    monkeypatch.setattr(objects_module.ObjectEntry, "__init__", collecting_init)
+    monkeypatch.setattr(core, "add_local", collecting_add_local)
     done = threading.Event()
 
     def make_ref() -> None:

@@ -34,30 +34,14 @@ from zmesh.protocol.messages.runtime import Value
 Callback = Callable[[Value], None]
 
 
-class ObjectEntry:
-    """One object as this process sees it: the core's counts plus the shell's value."""
+class ObjectEntry(Record, eq=False):  # (compared and hashed by identity)
+    """One object as this process sees it: the core's counts (it is the core's record: the
+    core makes its records of this class) plus the shell's value, waiters and lineage."""
 
-    __slots__ = ("record", "value", "callbacks", "requested", "lineage", "held")
-
-    def __init__(self, record: Record) -> None:
-        self.record = record
-        self.value: Value | None = None
-        self.callbacks: list[Callback] | None = None  # made by the first waiter
-        self.requested = False
-        self.lineage: Any = None  # the task that made this (stored) value, to make it again
-        self.held: tuple[bytes, ...] = ()  # set when freed: others' objects it borrowed
-
-    @property
-    def owner(self) -> str:
-        return self.record.owner
-
-    @property
-    def owned(self) -> bool:
-        return self.record.owned
-
-    @property
-    def local(self) -> int:
-        return self.record.local
+    value: Value | None = None
+    callbacks: list[Callback] | None = None  # made by the first waiter
+    requested: bool = False
+    lineage: Any = None  # the task that made this (stored) value, to make it again
 
 
 class ObjectTable:
@@ -71,7 +55,7 @@ class ObjectTable:
         # Reentrant: ObjectRef.__del__ may run (from the garbage collector) inside any
         # allocation made while this lock is held, and it takes the lock again to decref.
         self.lock = threading.RLock()
-        self.core = Ownership(address)
+        self.core = Ownership(address, record=ObjectEntry)
         self.entries: dict[bytes, ObjectEntry] = {}
         self._post = post
         self._on_free = on_free
@@ -94,10 +78,9 @@ class ObjectTable:
         freed: list[tuple[bytes, ObjectEntry]] = []
         for action in actions:
             match action:
-                case Free(oid, _owner, _owned, held):
+                case Free(oid):
                     entry = self.entries.pop(oid, None)
-                    if entry is not None:
-                        entry.held = held
+                    if entry is not None:  # (its `held` is the Free's: it is the record)
                         freed.append((oid, entry))
                 case RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict():
                     pass  # the caller's to carry out
@@ -115,8 +98,8 @@ class ObjectTable:
     def incref(self, object_id: bytes, owner: str) -> None:
         with self.lock:
             record = self.core.add_local(object_id, owner)
-            if record is not None and object_id not in self.entries:
-                self.entries[object_id] = ObjectEntry(record)
+            if record is not None:  # a new one: the core made it an ObjectEntry
+                self.entries[object_id] = record  # type: ignore[assignment]
 
     def decref(self, object_id: bytes) -> None:
         with self.lock:
@@ -166,7 +149,7 @@ class ObjectTable:
                 return False
             for oid in inner_ids:
                 if oid not in self.entries:
-                    self.entries[oid] = ObjectEntry(self.core.records[oid])
+                    self.entries[oid] = self.core.records[oid]  # type: ignore[assignment]
         return True
 
     def mark_escaped(self, object_ids: Sequence[bytes]) -> None:
