@@ -3,7 +3,8 @@
 One 2-rank process group per producer, formed on first use (a `tensor_pair` query to the
 producer, then a rendezvous in the mesh's KV) and reused after; requests on one pair are
 serialized (threads of one process share it). A transfer is: every receive posted and the
-key (with the tensors' sizes) sent over the group; a status and the tensors back, in one go.
+key (with the tensors' sizes) sent over the group; the tensors back (behind a status with
+NCCL, or when they are gone), in one go.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ class _Pair:
             timeout=CONNECT_TIMEOUT_S, to=address)
         if reply.error:
             raise TensorTransportError(reply.error)
-        self.pg = p.pair_group(self.pair_id, 1, backend)
+        self.pg = p.pair_group(self.pair_id, 1, backend)  # the tensors (and statuses)
+        # gloo: the requests on a group of their own (see producer.KeptTensors._serve)
+        self.ask_pg = self.pg if backend == "nccl" else \
+            p.pair_group(self.pair_id, 1, backend, p.ASK_PART)
         self.fresh = True  # the rendezvous keys are deleted after the first exchange
         self.lock = threading.Lock()  # one transfer at a time: it guards the buffers below
         import torch
@@ -45,6 +49,17 @@ class _Pair:
         self.ctl = p.control_device(backend)  # nccl: control tensors on the GPU too
         self.request_sent = self.request.to(self.ctl)
         self.status = torch.empty(1, dtype=torch.int64, device=self.ctl)
+        self.status_host: Any = self.status.numpy() if self.ctl == "cpu" else None
+        self.gone_watch: Any = None  # gloo: the standing receive of a "gone" status
+
+    def watch_for_gone(self) -> None:
+        """gloo: (re)post the receive that only a "gone" answer fills. It stays posted
+        across transfers, so a transfer that goes well costs no status message; a "gone"
+        lands before the zeros that fill the transfer's receives, so it is in `status` once
+        they are."""
+        assert self.status_host is not None
+        self.status_host[0] = p.STATUS_OK
+        self.gone_watch = self.pg.recv([self.status], 0, p.TAG_STATUS)
 
 
 _pairs: dict[tuple[str, str], _Pair] = {}
@@ -57,13 +72,15 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
     buffers (on `device`; large host ones from the warm pool); TensorTransportError when the
     producer died or freed them.
 
-    One hop before the data: with gloo every receive (status and tensors) is posted before
-    the request goes out, so the producer's sends land straight in place; with NCCL the
-    request goes first (a pair's operations run in order on one CUDA stream).
+    One hop before the data: with gloo every receive is posted before the request goes out,
+    so the producer's sends land straight in place; with NCCL the request goes first (a
+    pair's operations run in order on one CUDA stream), then the status's and the tensors'.
     Even for a freed key every receive is matched (with zeros), so the pair stays usable.
     """
     import torch
 
+    if not metas:
+        return []  # nothing to move: the result is all in its descriptor
     try:
         with _pairs_lock:
             pair = _pairs.get((address, backend))
@@ -83,23 +100,34 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
                 # one CUDA stream runs a pair's sends and receives in order: a receive
                 # queued ahead of the request would wait forever for the answer to it
                 sent = _ask(pair, request, more)
-                out, done, works = _post(pair, metas, dtypes, device, status)
+                done = pair.pg.recv([status], 0, p.TAG_STATUS)
+                out, works = _post(pair, metas, dtypes, device)
+                works.insert(0, done)
             else:
                 # gloo: every receive is posted before the request goes out, so the
-                # producer's sends find them and land straight in place
-                out, done, works = _post(pair, metas, dtypes, device, status)
+                # producer's sends find them and land straight in place; no status comes
+                # unless the tensors are gone (see _Pair.watch_for_gone)
+                if pair.gone_watch is None:
+                    pair.watch_for_gone()
+                out, works = _post(pair, metas, dtypes, device)
                 sent = _ask(pair, request, more)
-            # the producer sends the status, then the tensors in order, over one connection:
-            # waiting for the last receive first wakes this thread once, when all is in
+            # the producer sends (the status, then) the tensors in order, over one
+            # connection: waiting for the last receive first wakes this thread once
             for work in reversed(works):
                 work.wait()
-            done.wait()
             for work in sent:
                 work.wait()
             if pair.fresh:
                 pair.fresh = False
                 _forget(pair.pair_id)
-            if int(status.item()) != p.STATUS_OK:
+            if backend != "nccl":
+                gone = pair.status_host[0] != p.STATUS_OK
+                if gone:  # it came in: a new standing receive for the next "gone"
+                    pair.gone_watch.wait()
+                    pair.watch_for_gone()
+            else:
+                gone = int(status.item()) != p.STATUS_OK
+            if gone:
                 # the producer filled our receives with zeros, so the pair stays in step (a
                 # path that should never run: the ref being read keeps the tensors alive)
                 raise TensorTransportError(f"tensors of {producer} cannot be fetched: gone: "
@@ -117,19 +145,18 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
 
 def _ask(pair: _Pair, request: Any, more: Any) -> list[Any]:
     """Send the request (and the sizes behind it, when many)."""
-    sent = [pair.pg.send([request], 0, p.TAG_REQUEST)]
+    sent = [pair.ask_pg.send([request], 0, p.TAG_REQUEST)]
     if more is not None:
-        sent.append(pair.pg.send([more], 0, p.TAG_SIZES))
+        sent.append(pair.ask_pg.send([more], 0, p.TAG_SIZES))
     return sent
 
 
-def _post(pair: _Pair, metas: list[tuple[list[int], str]], dtypes: list[Any], device: str,
-          status: Any) -> tuple[list[Any], Any, list[Any]]:
-    """New buffers for the tensors, and the receives of the status and of each tensor."""
+def _post(pair: _Pair, metas: list[tuple[list[int], str]], dtypes: list[Any],
+          device: str) -> tuple[list[Any], list[Any]]:
+    """New buffers for the tensors, and the receive of each."""
     out = [_empty(shape, dt, device) for (shape, _), dt in zip(metas, dtypes)]
-    done = pair.pg.recv([status], 0, p.TAG_STATUS)
     works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
-    return out, done, works
+    return out, works
 
 
 def _numel(shape: list[int]) -> int:

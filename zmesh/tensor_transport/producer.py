@@ -5,9 +5,11 @@ key and accepts pairing requests: a consumer asks (a `tensor_pair` query over th
 authenticated links, to this process's client address), and both sides form a 2-rank
 process group whose rendezvous keys live in the mesh's KV (no port is opened for it). Each
 pair gets a thread here that stays blocked in a receive on that group: a request (the key)
-arrives over gloo/NCCL itself, the thread answers a status and sends the tensors into the
-receives the consumer posted before asking. No store round trip, no other thread hand-off
-and no handshake per transfer.
+arrives over gloo/NCCL itself, and the thread sends the tensors into the receives the
+consumer posted before asking (with NCCL a status goes ahead of them; with gloo only a
+"gone" status does, into a receive the consumer keeps posted: each message is a syscall and
+a wake-up on both sides). No store round trip, no other thread hand-off and no handshake per
+transfer.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ INLINE_SIZES = 16  # sizes of up to this many tensors ride in the request itself
 REQUEST_BYTES = KEY_BYTES + 8 * (1 + INLINE_SIZES)  # key, count, sizes in bytes
 MAX_TENSORS = 1 << 20
 TAG_REQUEST, TAG_STATUS, TAG_SIZES, TAG_FIRST_TENSOR = 0, 1, 2, 3
+ASK_PART = "ask/"  # gloo: requests go over a group of their own (see KeptTensors._serve)
 STATUS_OK, STATUS_GONE = 1, 0
 
 
@@ -97,6 +100,7 @@ class KeptTensors:
 
         try:
             pg = pair_group(pair_id, 0, backend)
+            ask = pair_group(pair_id, 0, backend, ASK_PART) if backend != "nccl" else pg
         except Exception:  # noqa: BLE001 - the consumer never came (its fetch fails alone)
             return
         ctl = control_device(backend)  # nccl moves CUDA tensors only, control ones too
@@ -104,14 +108,18 @@ class KeptTensors:
         host = request.numpy() if ctl == "cpu" else None  # read in place, no copy (gloo)
         answers = {ok: torch.full((1,), ok, dtype=torch.int64, device=ctl)
                    for ok in (STATUS_OK, STATUS_GONE)}
-        # gloo: the next request's receive is posted as soon as this one is read, before the
-        # data: its notice then reaches the consumer ahead of the data, not behind it, where
-        # it landed while the consumer's thread was posting its next transfer, and gloo's
-        # loop thread there spun on the pair's lock (measured: ~40% less CPU per 4 MB
-        # transfer). NCCL: after the sends, as one CUDA stream runs a pair's operations in
-        # order (a receive ahead of them would wait for the next request first)
-        early = backend != "nccl"
-        asking = pg.recv([request], 1, TAG_REQUEST)
+        # gloo: requests come over a group of their own (own socket, gloo loop thread and
+        # pair lock). gloo's loop thread only *tries* a pair's lock, and spins on epoll_wait
+        # while a user thread holds it; the write of a request wakes us, which can preempt
+        # the consumer's thread inside that call, holding the lock as our answer comes in
+        # (measured on one group: ~1,000 epoll_wait calls and ~0.7 ms of loop CPU per 1 MB
+        # transfer). For the same reason the next request's receive (whose notice goes to
+        # the consumer's request pair) is posted once the answer is out, when the consumer
+        # waits for data, not the moment its request came in. NCCL: one group; the next
+        # request's receive after the sends too, as one CUDA stream runs a pair's
+        # operations in order (a receive ahead of them would wait for the next request)
+        status_always = backend == "nccl"  # gloo: a status only says "gone" (see above)
+        asking = ask.recv([request], 1, TAG_REQUEST)
         while True:
             try:
                 asking.wait()
@@ -121,24 +129,27 @@ class KeptTensors:
                     return  # not a consumer of ours: drop the pair
                 if count > INLINE_SIZES:  # sent right behind the request
                     asked = torch.empty(count, dtype=torch.int64, device=ctl)
-                    pg.recv([asked], 1, TAG_SIZES).wait()
+                    ask.recv([asked], 1, TAG_SIZES).wait()
                     sizes = asked.tolist()
-                if early:  # the request was read out above: its buffer can take the next
-                    asking = pg.recv([request], 1, TAG_REQUEST)
                 lent = self.lend(key)
                 tensors = lent[0] if lent is not None and lent[1] == sizes else None
                 ok = tensors is not None  # else gone, or not what the consumer expects
+                works: list[Any] = []
+                if not ok or status_always:
+                    # a status goes first: always with NCCL, only "gone" with gloo (there the
+                    # consumer keeps a receive of it posted that only this fills; it lands
+                    # before the zeros below, so the consumer reads it once those are in)
+                    status = answers[STATUS_OK if ok else STATUS_GONE]
+                    works.append(pg.send([status], 1, TAG_STATUS))
                 if tensors is None:
                     # zeros fill the consumer's posted receives: the pair stays in step
                     tensors = [torch.zeros(n, dtype=torch.uint8, device=ctl) for n in sizes]
-                # post every send at once: the status, then the tensors, in the order the
-                # consumer waits for them; one wake-up here, when the last is out
-                works = [pg.send([answers[STATUS_OK if ok else STATUS_GONE]], 1, TAG_STATUS)]
+                # post every send at once, in the order the consumer waits for them; one
+                # wake-up here, when the last is out
                 works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
                 for work in reversed(works):
                     work.wait()
-                if not early:
-                    asking = pg.recv([request], 1, TAG_REQUEST)
+                asking = ask.recv([request], 1, TAG_REQUEST)
                 if ok:
                     self.sent_bytes += sum(sizes)
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
@@ -179,13 +190,14 @@ def decode_request(raw: bytes) -> tuple[str, int, list[int]]:
     return raw[:KEY_BYTES].decode(errors="replace"), count, sizes
 
 
-def pair_group(pair_id: str, rank: int, backend: str) -> Any:
-    """The pair's 2-rank process group; its rendezvous runs through the mesh's KV."""
+def pair_group(pair_id: str, rank: int, backend: str, part: str = "") -> Any:
+    """A 2-rank process group of the pair (`part` names which, when it has two); its
+    rendezvous runs through the mesh's KV."""
     import torch.distributed as dist
 
     from zmesh.collective.store import MeshStore
 
-    store = MeshStore(pair_prefix(pair_id), STORE_TIMEOUT_S)
+    store = MeshStore(pair_prefix(pair_id) + part, STORE_TIMEOUT_S)
     timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
     if backend == "nccl":
         return dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())

@@ -1,8 +1,9 @@
 """The order of a transfer's operations on a pair. The consumer: with gloo every
 receive before the request (the producer's sends land in place), with NCCL the request
 first (one CUDA stream runs a pair's operations in order: a receive queued ahead of the
-request would wait forever for its answer). The producer: with gloo the next request's
-receive before the data, with NCCL after the sends. Checked on recording stand-ins for the
+request would wait forever for its answer). The producer: the next request's receive after
+the sends. With gloo no status message goes with a transfer that goes well: only "gone" is
+sent, into a receive the consumer keeps posted. Checked on recording stand-ins for the
 group."""
 
 from __future__ import annotations
@@ -23,52 +24,104 @@ class _Done:
 
 
 class _RecordingGroup:
-    """Records (op, tag) in call order; a receive of the status reads STATUS_OK."""
+    """Records (op, tag) in call order. A producer stand-in: with NCCL the status receive
+    reads STATUS_OK; with `gone` set, a request makes the (standing) status receive read
+    STATUS_GONE, as a producer's "gone" lands there before the zeros."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: str = "gloo") -> None:
         self.ops: list[tuple[str, int]] = []
+        self.backend = backend
+        self.gone = False
+        self.status: list = []
 
     def send(self, tensors: list, peer: int, tag: int) -> _Done:
         self.ops.append(("send", tag))
+        if tag == p.TAG_REQUEST and self.gone:
+            self.status[-1].fill_(p.STATUS_GONE)
         return _Done()
 
     def recv(self, tensors: list, peer: int, tag: int) -> _Done:
         self.ops.append(("recv", tag))
         if tag == p.TAG_STATUS:
-            tensors[0].fill_(p.STATUS_OK)
+            self.status.append(tensors[0])
+            if self.backend == "nccl":
+                tensors[0].fill_(p.STATUS_GONE if self.gone else p.STATUS_OK)
         return _Done()
 
 
-class _FakePair:
-    def __init__(self) -> None:
-        self.pair_id = "0" * 32
-        self.pg = _RecordingGroup()
-        self.fresh = False
-        self.lock = threading.Lock()
-        self.request = torch.zeros(p.REQUEST_BYTES, dtype=torch.uint8)
-        self.request_host = self.request.numpy()
-        self.ctl = "cpu"
-        self.request_sent = self.request
-        self.status = torch.empty(1, dtype=torch.int64)
+def _FakePair(backend: str = "gloo") -> consumer._Pair:  # noqa: N802 - stands for a class
+    """A consumer's pair on a recording group (no producer, no rendezvous)."""
+    pair = consumer._Pair.__new__(consumer._Pair)
+    pair.pair_id = "0" * 32
+    pair.pg = pair.ask_pg = _RecordingGroup(backend)  # one record of both groups' calls
+    pair.fresh = False
+    pair.lock = threading.Lock()
+    pair.request = torch.zeros(p.REQUEST_BYTES, dtype=torch.uint8)
+    pair.request_host = pair.request.numpy()
+    pair.ctl = "cpu"
+    pair.request_sent = pair.request
+    pair.status = torch.empty(1, dtype=torch.int64)
+    pair.status_host = pair.status.numpy()
+    pair.gone_watch = None
+    return pair
+
+
+METAS = [([4], "float32"), ([2, 3], "int64")]
+
+
+def _fetch(pair: consumer._Pair, backend: str) -> list:
+    consumer._pairs[("addr", backend)] = pair
+    try:
+        return consumer.fetch("addr", backend, "k" * 32, METAS, "cpu", "producer")
+    finally:
+        consumer._pairs.pop(("addr", backend), None)
 
 
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
 def test_receives_and_request_are_posted_in_the_backends_order(backend):
-    pair = _FakePair()
-    consumer._pairs[("addr", backend)] = pair  # type: ignore[assignment]
-    try:
-        metas = [([4], "float32"), ([2, 3], "int64")]
-        out = consumer.fetch("addr", backend, "k" * 32, metas, "cpu", "producer")
-    finally:
-        consumer._pairs.pop(("addr", backend), None)
+    pair = _FakePair(backend)
+    out = _fetch(pair, backend)
     assert [tuple(t.shape) for t in out] == [(4,), (2, 3)]
     assert [t.dtype for t in out] == [torch.float32, torch.int64]
-    receives = [("recv", p.TAG_STATUS), ("recv", p.TAG_FIRST_TENSOR),
-                ("recv", p.TAG_FIRST_TENSOR + 1)]
+    status = [("recv", p.TAG_STATUS)]
+    tensors = [("recv", p.TAG_FIRST_TENSOR), ("recv", p.TAG_FIRST_TENSOR + 1)]
     request = [("send", p.TAG_REQUEST)]
-    assert pair.pg.ops == (request + receives if backend == "nccl" else receives + request)
+    assert pair.pg.ops == (request + status + tensors if backend == "nccl"
+                           else status + tensors + request)
     # the sizes in the request are what the receives were posted for
     assert p.decode_request(pair.request_host.tobytes()) == ("k" * 32, 2, [16, 48])
+    # the next transfer: with gloo the status receive is still posted from the first
+    pair.pg.ops.clear()
+    _fetch(pair, backend)
+    assert pair.pg.ops == (request + status + tensors if backend == "nccl"
+                           else tensors + request)
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_gone_fails_the_transfer_and_the_pair_goes_on(backend):
+    """A "gone" answer fails that transfer only: with gloo the standing status receive is
+    posted again, and the transfer after it succeeds without a status."""
+    pair = _FakePair(backend)
+    _fetch(pair, backend)
+    pair.pg.gone = True
+    with pytest.raises(consumer.TensorTransportError, match="freed"):
+        _fetch(pair, backend)
+    pair.pg.gone = False
+    pair.pg.ops.clear()
+    _fetch(pair, backend)
+    if backend == "gloo":
+        assert pair.pg.ops[0] != ("recv", p.TAG_STATUS)  # reposted when the gone came in
+        assert len(pair.pg.status) == 2 and int(pair.status_host[0]) == p.STATUS_OK
+
+
+def test_a_result_without_tensors_needs_no_transfer():
+    pair = _FakePair("gloo")
+    consumer._pairs[("addr", "gloo")] = pair
+    try:
+        assert consumer.fetch("addr", "gloo", "k" * 32, [], "cpu", "producer") == []
+    finally:
+        consumer._pairs.pop(("addr", "gloo"), None)
+    assert pair.pg.ops == []
 
 
 class _OneRequestGroup(_RecordingGroup):
@@ -97,20 +150,25 @@ class _Gone:
 
 
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
-def test_the_producer_posts_the_next_request_in_the_backends_order(backend, monkeypatch):
-    """gloo: the next request's receive before the data (its notice reaches the consumer
-    ahead of the data); NCCL: after the sends (one stream, in order)."""
+@pytest.mark.parametrize("kept_it", [True, False])
+def test_the_producer_posts_the_next_request_in_the_backends_order(backend, kept_it,
+                                                                    monkeypatch):
+    """The next request's receive after the sends (gloo: its notice reaches the consumer
+    while it waits for data, not while it may hold its request pair's lock; NCCL: one
+    stream, in order); gloo sends a status only when gone, NCCL always."""
     kept = p.KeptTensors()
     tensor = torch.arange(4, dtype=torch.float32)
-    kept.keep("k" * 32, [tensor])
+    if kept_it:
+        kept.keep("k" * 32, [tensor])
     raw = bytearray(p.REQUEST_BYTES)
     p.encode_request(raw, "k" * 32, [tensor.nbytes])
     group = _OneRequestGroup(bytes(raw))
-    monkeypatch.setattr(p, "pair_group", lambda pair_id, rank, backend: group)
+    monkeypatch.setattr(p, "pair_group", lambda pair_id, rank, backend, part="": group)
     monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
     kept._serve("0" * 32, backend)  # returns when the second request's wait fails
-    sends = [("send", p.TAG_STATUS), ("send", p.TAG_FIRST_TENSOR)]
+    status = [("send", p.TAG_STATUS)] if backend == "nccl" or not kept_it else []
+    sends = status + [("send", p.TAG_FIRST_TENSOR)]
     ask = [("recv", p.TAG_REQUEST)]
-    expected = ask + (ask + sends if backend == "gloo" else sends + ask)
+    expected = ask + sends + ask
     assert group.ops == expected
-    assert kept.sent_bytes == tensor.nbytes
+    assert kept.sent_bytes == (tensor.nbytes if kept_it else 0)
