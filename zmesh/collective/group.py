@@ -19,6 +19,7 @@ from zmesh.collective.types import CollectiveError
 
 HEARTBEAT_S = 0.5
 WAIT_SLICE_S = 0.25  # how soon a caller blocked in a gloo collective sees its group break
+POINT_TO_POINT = ("send", "recv")  # gloo: waited on in a thread, never in slices
 _SLICE = datetime.timedelta(seconds=WAIT_SLICE_S)
 
 
@@ -61,7 +62,7 @@ class CollectiveGroup:
         except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError for peer loss
             self.break_group(f"{what} failed on rank {self.rank}: {exc}")
             raise CollectiveError(self._message(what)) from exc
-        if self.backend == "gloo":
+        if self.backend == "gloo" and what not in POINT_TO_POINT:
             self._wait_in_slices(what, work)
         else:
             self._wait_for_future(what, work)
@@ -69,7 +70,9 @@ class CollectiveGroup:
     def _wait_in_slices(self, what: str, work: Any) -> None:
         """Wait in torch itself (one wake-up when the collective ends, as a plain
         `work.wait()`), in slices of WAIT_SLICE_S so that a broken group still wakes us: a
-        gloo work whose wait timed out is still pending and can be waited on again."""
+        gloo collective whose wait timed out is still pending and can be waited on again.
+        Not a send or a recv: there gloo closes the pair when a wait times out (its peer,
+        late by more than a slice, then saw "connection closed")."""
         while True:
             try:
                 work.wait(_SLICE)

@@ -61,6 +61,29 @@ class Member:
         col.barrier(name)
         return out
 
+    def late_pair(self, name: str, late_s: float) -> list[list[float]]:
+        """A recv whose sender comes late, then a send whose receiver does: each side
+        waits longer than a wait slice (the sleep makes the peer late; it syncs nothing)."""
+        import time
+
+        import zmesh.collective as col
+
+        got = []
+        for step in range(2):
+            sender = step  # rank 0 sends first, then rank 1
+            t = torch.full((3,), float(step + 10)) if self.rank == sender else torch.zeros(3)
+            if self.rank == (1 - step):  # the late one
+                time.sleep(late_s)
+            if self.rank == sender:
+                col.send(t, dst_rank=1 - sender, group_name=name)
+            else:
+                col.recv(t, src_rank=sender, group_name=name)
+                got.append(t.tolist())
+        t = torch.ones(1)
+        col.allreduce(t, name)  # the group is still whole
+        got.append(t.tolist())
+        return got
+
     def allreduce_error(self, name: str) -> str:
         import zmesh.collective as col
 
@@ -104,6 +127,20 @@ def test_create_collective_group_from_the_driver(ray):
                                 group_name="declared")
     check(ray.get([m.everything.remote("declared") for m in members], timeout=120), 2)
     ray.get([m.leave.remote("declared") for m in members], timeout=60)
+
+
+def test_send_and_recv_wait_for_a_late_peer(ray):
+    """A send or recv outlasting a wait slice still completes (a gloo send/recv whose wait
+    times out closes the pair, so they are not waited on in slices)."""
+    from zmesh.collective.group import WAIT_SLICE_S
+
+    members = [Member.remote(r, 2) for r in range(2)]
+    assert ray.get([m.join.remote("late") for m in members], timeout=120) == [True] * 2
+    got = ray.get([m.late_pair.remote("late", 4 * WAIT_SLICE_S) for m in members],
+                  timeout=120)
+    assert got[1] == [[10.0] * 3, [2.0]]  # rank 1 received step 0's, then the allreduce
+    assert got[0] == [[11.0] * 3, [2.0]]
+    ray.get([m.leave.remote("late") for m in members], timeout=60)
 
 
 def test_a_member_that_dies_fails_the_others_pending_collective(ray):
