@@ -10,13 +10,17 @@ every connect and reconnect; see `zmesh.security.identity`):
   both versions);
 - over CURVE, the client key (the ZAP User-Id) must be the key the metadata names and carry
   the mesh's vouch for the sender name it claims (`zmesh.security.identity.vouch`): a key
-  vouched for one name is refused under any other (`refused_unvouched`), whether that name's
-  process is connected now, idle, or never connected; over ipc (same user only) the key the
-  metadata names is believed;
-- the sender name is bound to the first key that claimed it: another key claiming a name
-  whose holder is still connected is refused and counted (`refused_spoof`). A name whose
-  holder is gone (its last connection closed: a port reused by a new process, with a vouch
-  of its own for that address) passes to the new key.
+  vouched for one name is refused under any other (`refused_unvouched`);
+- over CURVE, the key must also own the name: the process that receives at that address must
+  say it has that key (`transports.zmq_proof`). Until it has, the connection's messages are
+  held; a claim the address denies is refused (`refused_spoof`), one nobody answers for is
+  dropped (`refused_unproven`). Proven owners are remembered (bounded LRU), so a process
+  proves a name once to each peer; a new process at the same address proves it again and
+  takes it. This process's own key, and this process's own addresses, need no asking;
+- over ipc (same user only) the key the metadata names is believed, and the sender name is
+  bound to the first key that claimed it while that key's connections are open: another key
+  claiming a name whose holder is still connected is refused and counted (`refused_spoof`).
+  So are probes (``probe://`` names: they bind no address to prove).
 
 Connections without a key (an insecure mesh) are named by their metadata alone; inproc, which
 has no metadata, by its routing id.
@@ -34,7 +38,9 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
+import time
 from collections import OrderedDict
+from collections.abc import Callable, Collection
 
 import zmq
 
@@ -42,14 +48,19 @@ from zmesh.protocol.codec import DropWarnings
 from zmesh.protocol.handshake import PROTOCOL_VERSION
 from zmesh.security.identity import (
     KEY_PROPERTY,
+    PROOF_PROPERTY,
     PROTO_PROPERTY,
     SENDER_PROPERTY,
     VOUCH_PROPERTY,
     check_vouch,
+    process_keys,
 )
 from zmesh.security.keys import ClusterCredentials
+from zmesh.security.probe import PROBE_PREFIX
 
+from .base import Buffer
 from .zmq_context import INPROC_MARK
+from .zmq_proof import DEFAULT_TIMEOUT, AddressProofs, Claim
 
 __all__ = ["PeerTable"]
 
@@ -59,6 +70,8 @@ _MAX_NAME = 1024
 _KEY_CHARS = 40  # a Z85 CURVE public key
 _monitors = itertools.count()
 _MONITOR_EVENT = struct.Struct("=Hi")
+_PROVABLE = ("tcp://", "ipc://")  # names a process receives at, so it can be asked there
+_BACKOFF_S = 2.0  # a key refused for a name is refused without asking again for this long
 
 
 def _prop(frame: zmq.Frame, name: str) -> str | None:
@@ -69,24 +82,36 @@ def _prop(frame: zmq.Frame, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _whose(owner: str | None) -> str:
+    return f"key {owner[:8]}..." if owner else "another process"
+
+
 class PeerTable:
     """Inbound connections (routing id -> sender name) and sender names -> the key holding them."""
 
     def __init__(self, router: zmq.Socket[bytes], credentials: ClusterCredentials | None,
-                 max_connections: int = 4096, max_names: int = 65536) -> None:
+                 max_connections: int = 4096, max_names: int = 65536, *,
+                 own_addresses: Callable[[], Collection[str]] = tuple,
+                 proof_timeout: float = DEFAULT_TIMEOUT) -> None:
         self._router = router
         self._credentials = credentials
         self._max_connections = max_connections
         self._max_names = max_names
+        self._own_addresses = own_addresses
         self.connections: dict[bytes, str] = {}
         """Routing id -> sender, for connections already checked (the hot path reads it)."""
         self._claims: OrderedDict[str, tuple[str, bytes]] = OrderedDict()  # name -> (key, rid)
+        self._owners: OrderedDict[str, str] = OrderedDict()  # name -> key proven to receive at it
+        self._refused: OrderedDict[tuple[str, str], float] = OrderedDict()  # (key, name) -> until
         self._replies: OrderedDict[str, bytes] = OrderedDict()  # name -> its latest routing id
         self._live: dict[str, int] = {}  # name -> its connections in `connections`
         self._fds: dict[int, bytes] = {}  # the fd of each tcp/ipc connection -> its routing id
         self._monitor: zmq.Socket[bytes] | None = self._open_monitor(router)
         self._vouched: OrderedDict[tuple[str, str], bool] = OrderedDict()  # (key, name)
         self._warnings = DropWarnings(logger)
+        self.proofs = AddressProofs(router.context, credentials, self._settled,
+                                    timeout=proof_timeout)
+        """Proof-of-address challenges in flight, and the messages held for them."""
         self.dropped_unnamed = 0
         """Messages dropped because their connection names no sender (not a zmesh peer)."""
         self.refused_version = 0
@@ -94,12 +119,24 @@ class PeerTable:
         self.refused_unvouched = 0
         """Messages dropped because their CURVE key carries no valid vouch of this mesh."""
         self.refused_spoof = 0
-        """Messages dropped because their key claimed a name another live key holds."""
+        """Messages dropped because their key claimed a name another key holds."""
+        self.refused_unproven = 0
+        """Messages dropped because nobody at the address they claim answered for their key."""
         self.disconnects = 0
         """Connections the ROUTER reported closed."""
 
-    def resolve(self, rid: bytes, frame: zmq.Frame) -> str | None:
-        """Name the sender of a message from a connection not seen before; None: drop it."""
+    @property
+    def address(self) -> str:
+        """The name this ROUTER's owner sends as (its challenges carry it)."""
+        return self.proofs.address
+
+    @address.setter
+    def address(self, value: str) -> None:
+        self.proofs.address = value
+
+    def resolve(self, rid: bytes, frame: zmq.Frame, frames: list[Buffer]) -> str | None:
+        """Name the sender of a message (`frames`, first frame `frame`) from a connection not
+        seen before; None: it was dropped, or is held until its sender is proven."""
         if self._fds:
             self.reap()
         sender = _prop(frame, SENDER_PROPERTY)
@@ -116,7 +153,12 @@ class PeerTable:
                 "the same zmesh version on every member", sender, proto or "(none)", _PROTO)
             return None
         creds = self._credentials
-        if creds is not None:
+        challenge = _prop(frame, PROOF_PROPERTY) is not None
+        if creds is None:
+            if challenge:  # (an insecure mesh proves nothing)
+                self.dropped_unnamed += 1
+                return None
+        else:
             key = _prop(frame, KEY_PROPERTY)
             curve = _prop(frame, "User-Id")
             proven = curve is not None and len(curve) == _KEY_CHARS  # tcp: CURVE proved it
@@ -126,14 +168,23 @@ class PeerTable:
                                     "that name (a zmesh process with another token, or one "
                                     "claiming another process's name?)", sender)
                 return None
-            if key is not None and not self._claim(sender, key, rid):
+            if challenge:  # another process asks who receives here: never a message
+                self.proofs.answer(self._router, rid, frames)
+                return None
+            if proven and curve is not None:
+                if not self._admit(rid, sender, curve, frame, frames):
+                    return None
+            elif key is not None and not self._claim(sender, key, rid):
                 return None
         self._remember(rid, sender)
+        self._track_fd(rid, frame)
+        return sender
+
+    def _track_fd(self, rid: bytes, frame: zmq.Frame) -> None:
         try:
             self._fds[int(frame.get(zmq.SRCFD))] = rid
         except (zmq.ZMQError, TypeError, ValueError):
             pass
-        return sender
 
     def reap(self) -> int:
         """Forget the connections the ROUTER reported closed since the last call; how many."""
@@ -153,9 +204,13 @@ class PeerTable:
                 continue
             reaped += 1
             rid = self._fds.pop(fd, None)
-            sender = self.connections.pop(rid, None) if rid is not None else None
-            if rid is not None and sender is not None:
+            if rid is None:
+                continue
+            sender = self.connections.pop(rid, None)
+            if sender is not None:
                 self._forget(rid, sender, gone=True)
+            else:
+                self.proofs.discard(rid)  # a connection whose claim is still being proven
         self.disconnects += reaped
         return reaped
 
@@ -173,7 +228,8 @@ class PeerTable:
         return monitor
 
     def close(self) -> None:
-        """Stop the monitor (before the ROUTER closes)."""
+        """Stop the challenges and the monitor (before the ROUTER closes)."""
+        self.proofs.close()
         monitor, self._monitor = self._monitor, None
         if monitor is not None:
             try:
@@ -186,12 +242,14 @@ class PeerTable:
         """How many entries each table holds (all bounded by the connections open)."""
         return {"connections": len(self.connections), "names": len(self._claims),
                 "replies": len(self._replies), "live_names": len(self._live),
-                "vouched": len(self._vouched)}
+                "vouched": len(self._vouched), "owners": len(self._owners),
+                "refused": len(self._refused), **self.proofs.sizes()}
 
     def counts(self) -> dict[str, int]:
         """The refusal counters, for a node's metrics."""
         return {"unnamed": self.dropped_unnamed, "version": self.refused_version,
-                "unvouched": self.refused_unvouched, "spoof": self.refused_spoof}
+                "unvouched": self.refused_unvouched, "spoof": self.refused_spoof,
+                "unproven": self.refused_unproven, "overflow": self.proofs.overflow}
 
     def reply_id(self, sender: str) -> bytes | None:
         """The routing id of `sender`'s latest connection (to answer on it), if known."""
@@ -226,6 +284,74 @@ class PeerTable:
         if len(self._vouched) > self._max_names:
             self._vouched.popitem(last=False)
         return True
+
+    def _admit(self, rid: bytes, sender: str, key: str, frame: zmq.Frame,
+               frames: list[Buffer]) -> bool:
+        """A tcp claim of `key` to `sender`: True to deliver now; else it is held while the
+        address is asked, or refused."""
+        if key == process_keys().public.decode():
+            return True  # this process itself (another of its endpoints, or a thread's)
+        if sender.startswith(PROBE_PREFIX):
+            return self._claim(sender, key, rid)  # probes bind nothing: first key holds
+        if not sender.startswith(_PROVABLE) or sender in self._own_addresses():
+            self._spoofed(sender, key, 1, "this process")  # (its own keys were let in above)
+            return False
+        owner = self._owners.get(sender)
+        if owner == key:
+            self._owners.move_to_end(sender)
+            return True
+        until = self._refused.get((key, sender))
+        if until is not None:
+            if until > time.monotonic():
+                self._spoofed(sender, key, 1, _whose(owner))
+                return False
+            del self._refused[(key, sender)]
+        if self.proofs.hold(sender, key, rid, frames):
+            self._track_fd(rid, frame)
+        else:
+            self._warnings.warn("dropped a message claiming to be %s: too many messages are "
+                                "held while their senders' addresses are asked", sender)
+        return False
+
+    def _settled(self, name: str, owner: str | None, claims: dict[str, Claim]) -> None:
+        """The address `name` answered that `owner` receives there (None: no answer in time):
+        deliver the held messages of that key's claim, refuse the others'."""
+        if owner is None:
+            dropped = sum(len(c.messages) for c in claims.values())
+            self.refused_unproven += dropped
+            self._warnings.warn(
+                "dropped %d message(s) claiming to be %s: nobody at that address answered "
+                "for their key within %gs (a process that exited, or one claiming another "
+                "process's name?)", dropped, name, self.proofs.timeout)
+            return
+        previous = self._owners.get(name)
+        self._owners[name] = owner
+        self._owners.move_to_end(name)
+        if len(self._owners) > self._max_names:
+            self._owners.popitem(last=False)
+        if previous is not None and previous != owner:
+            self._evict(name)  # a new process at that address: the old key's connections go
+        for key, claim in claims.items():
+            if key == owner:
+                for rid in claim.rids:
+                    self._remember(rid, name)
+                self.proofs.ready.extend((name, frames) for frames in claim.messages)
+                continue
+            self._refused[(key, name)] = time.monotonic() + _BACKOFF_S
+            if len(self._refused) > self._max_names:
+                self._refused.popitem(last=False)
+            self._spoofed(name, key, len(claim.messages), _whose(owner))
+
+    def _spoofed(self, name: str, key: str, count: int, owner: str) -> None:
+        self.refused_spoof += count
+        self._warnings.warn(
+            "refused %d message(s) claiming to be %s from key %s...: that address belongs "
+            "to %s (a member claiming another process's name?)", count, name, key[:8], owner)
+
+    def _evict(self, name: str) -> None:
+        for rid in [r for r, s in self.connections.items() if s == name]:
+            del self.connections[rid]
+            self._forget(rid, name, gone=False)
 
     def _claim(self, sender: str, key: str, rid: bytes) -> bool:
         held = self._claims.get(sender)
@@ -286,7 +412,9 @@ class PeerTable:
         self._live.pop(sender, None)
         if self._replies.get(sender) == rid:
             del self._replies[sender]
-        if gone:  # its last connection closed: the name is free
+        if gone:  # its last connection closed: the name is free (a proven owner is kept)
             held = self._claims.pop(sender, None)
-            if held is not None:
-                self._vouched.pop((held[0], sender), None)
+            for key in (held[0] if held is not None else None, self._owners.get(sender),
+                        process_keys().public.decode()):
+                if key is not None:
+                    self._vouched.pop((key, sender), None)

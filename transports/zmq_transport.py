@@ -9,8 +9,10 @@ it and its I/O threads.
 
 Closed by default: every tcp connection is CURVE-encrypted, and a tcp ROUTER admits only
 clients that know its mesh's server key and present a key pair of their own vouched for by
-the mesh (`zmesh.security.identity`); a sender's name is bound to the key that first claimed
-it, so no member can speak for another. ipc sockets live in directories
+the mesh (`zmesh.security.identity`); a sender's name is its address, and a tcp sender's
+key must be the key of the process that receives at that address, which is asked before
+anything of the sender is delivered (`zmq_proof`), so no member can speak for another. ipc
+sockets live in directories
 only their user can open; inproc never leaves the process. Outbound DEALERs are bounded (least
 recently used ones are closed beyond `max_peers`, idle ones by `close_idle`), so the fds a
 process holds do not grow with the number of peers it has ever talked to.
@@ -35,9 +37,10 @@ import zmq
 from zmesh.errors import TransportError
 from zmesh.security.keys import ClusterCredentials, process_credentials
 
-from .base import Buffer, Endpoint, frame_nbytes
+from .base import Buffer, Endpoint, frame_nbytes, live_endpoints
 from .zmq_context import ipc_socket_in_use, new_router, prepare_dealer, shared_context
 from .zmq_peers import PeerTable
+from .zmq_proof import DEFAULT_TIMEOUT
 from .zmq_thread_sender import ZERO_COPY_THRESHOLD, ZmqThreadSender
 
 __all__ = [
@@ -51,6 +54,8 @@ __all__ = [
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
 DEFAULT_MAX_PEERS = 256
 """Outbound connections an endpoint keeps open at most (the least recently used go first)."""
+PROOF_TIMEOUT_ENV = "ZMESH_PROOF_TIMEOUT"
+"""Seconds an endpoint waits for a sender's address to answer for its key (`zmq_proof`)."""
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
 _MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
@@ -83,7 +88,8 @@ class ZmqEndpoint(Endpoint):
     overrides the address peers see (for wildcard binds); `max_peers` bounds the outbound
     connections kept open. tcp is CURVE-encrypted and ZAP-admitted with `credentials` (default:
     this process's, see `zmesh.security.keys`); `insecure=True` turns that off, for meshes
-    whose every member does the same.
+    whose every member does the same. `proof_timeout` (default $ZMESH_PROOF_TIMEOUT, else 20)
+    is how long messages of a new tcp sender wait for its address to answer for its key.
     """
 
     def __init__(
@@ -98,6 +104,7 @@ class ZmqEndpoint(Endpoint):
         credentials: ClusterCredentials | None = None,
         insecure: bool = False,
         max_peers: int = DEFAULT_MAX_PEERS,
+        proof_timeout: float | None = None,
     ) -> None:
         if not address.startswith(_SCHEMES):
             raise TransportError(
@@ -128,14 +135,20 @@ class ZmqEndpoint(Endpoint):
         self._thread_senders: weakref.WeakSet[ZmqThreadSender] = weakref.WeakSet()
         self._ipc_path: str | None = None
         self._extra_ipc_paths: list[str] = []
+        self._also: list[str] = []  # addresses bound by bind_also
+        self._proving = False  # proofs hold or have messages ready: recv takes _recv_proving
+        self._wakes = 0
         # Reentrant: a finalizer run by the garbage collector inside wake() may wake again.
         self._wake_lock = threading.RLock()
         self._context = shared_context.acquire()
         try:
             self._router = self._bind_router(address, max_frame_size, rcvhwm)
-            self.peers = PeerTable(self._router, self.credentials)
+            self.peers = PeerTable(self._router, self.credentials, own_addresses=_own_addresses,
+                                   proof_timeout=_proof_timeout(proof_timeout))
+            self._proofs = self.peers.proofs
             self._connections = self.peers.connections
             self.address = advertise if advertise is not None else self._bound_address(address)
+            self.peers.address = self.address
             self._routing_id = self.address.encode()
             if len(self._routing_id) > _MAX_ROUTING_ID:
                 raise TransportError(
@@ -238,7 +251,12 @@ class ZmqEndpoint(Endpoint):
         bound = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         if bound.startswith("ipc://"):
             self._extra_ipc_paths.append(bound[len("ipc://") :])
+        self._also.append(bound)
         return bound
+
+    def bound_addresses(self) -> list[str]:
+        """Every address this endpoint receives at: its own, then those of `bind_also`."""
+        return [self.address, *self._also]
 
     # -- hot path -------------------------------------------------------------------------
 
@@ -287,6 +305,8 @@ class ZmqEndpoint(Endpoint):
         )
 
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
+        if self._proving:
+            return self._recv_proving(timeout)
         router = self._router
         timeout_ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
         try:
@@ -314,9 +334,13 @@ class ZmqEndpoint(Endpoint):
                 if peer is None:
                     if sender == _WAKE_ID:
                         self._wake_pending = False
+                        self._wakes += 1
                         return None
-                    peer = self.peers.resolve(sender, head)
+                    peer = self.peers.resolve(sender, head, frames)
                     if peer is None:
+                        if self._proofs.busy:  # held: wait for the answer, and the rest
+                            self._proving = True
+                            return self._recv_proving(timeout) if timeout_ms else None
                         continue
                 if self._screen_inbound and self._oversized(frames):
                     # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
@@ -327,6 +351,49 @@ class ZmqEndpoint(Endpoint):
             return None
         except zmq.ZMQError as exc:
             raise self._closed_error("recv", exc) from exc
+
+    def _recv_proving(self, timeout: float | None) -> tuple[str, list[Buffer]] | None:
+        """`recv` while senders are being proven: messages of claims just proven first (in
+        the order they came), then the ROUTER and the answers to our challenges, polled
+        together until a message, a wake-up, or `timeout`."""
+        proofs = self._proofs
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            if proofs.ready:
+                item = proofs.ready.popleft()
+                self._proving = proofs.busy
+                return item
+            now = time.monotonic()
+            proofs.expire(now)
+            if not proofs.busy:
+                self._proving = False
+                return self.recv(None if deadline is None else max(0.0, deadline - now))
+            due = proofs.next_deadline()
+            wait = math.inf if due is None else max(0.0, due - now)
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - now))
+            poller = zmq.Poller()
+            poller.register(self._router, zmq.POLLIN)
+            for dealer in proofs.dealers():
+                poller.register(dealer, zmq.POLLIN)
+            try:
+                ready = dict(poller.poll(None if wait == math.inf else math.ceil(wait * 1000)))
+            except zmq.ZMQError as exc:
+                raise self._closed_error("recv", exc) from exc
+            for sock in ready:
+                if sock is not self._router:
+                    proofs.read(sock)
+            if proofs.ready:
+                continue
+            if self._router in ready:
+                wakes = self._wakes
+                self._proving = False
+                item = self.recv(0)  # one message (or none: held, dropped, a wake-up)
+                self._proving = self._proving or proofs.busy
+                if item is not None or self._wakes != wakes:
+                    return item
+            if deadline is not None and time.monotonic() >= deadline and not proofs.ready:
+                return None
 
     def _oversized(self, frames: list[Buffer]) -> bool:
         cap = self.max_frame_size
@@ -474,6 +541,27 @@ class ZmqEndpoint(Endpoint):
         if self._closed or exc.errno == errno.ENOTSOCK:
             return TransportError(f"endpoint {self.address!r} is closed; cannot {operation}")
         return TransportError(f"{operation} on {self.address!r} failed: {exc}")
+
+
+def _own_addresses() -> set[str]:
+    """The addresses this process's open zmq endpoints receive at."""
+    return {address for ep in live_endpoints() if isinstance(ep, ZmqEndpoint) and not ep.closed
+            for address in ep.bound_addresses()}
+
+
+def _proof_timeout(given: float | None) -> float:
+    if given is not None:
+        value = given
+    else:
+        raw = os.environ.get(PROOF_TIMEOUT_ENV, "").strip()
+        try:
+            value = float(raw) if raw else DEFAULT_TIMEOUT
+        except ValueError:
+            raise TransportError(f"${PROOF_TIMEOUT_ENV} must be a number of seconds, got "
+                                 f"{raw!r}") from None
+    if not value > 0:
+        raise TransportError(f"proof_timeout must be positive, got {value}")
+    return value
 
 
 def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:

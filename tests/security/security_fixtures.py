@@ -121,6 +121,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.05)
 
 
+def receiving(endpoint: ZmqEndpoint, done: Callable[[], bool]) -> Callable[[], bool]:
+    """`done`, checked after each receive on `endpoint`: a process that sent over tcp keeps
+    receiving while it waits, because the receiver asks its address who it is (zmq_proof)."""
+    def step() -> bool:
+        endpoint.recv(0.05)
+        return done()
+    return step
+
+
 def drain_until(server: ZmqEndpoint, done: Callable[[], bool],
                 what: str) -> list[tuple[str, list[bytes]]]:
     """Receive on `server` until `done()` holds; returns everything received meanwhile."""
@@ -227,3 +236,80 @@ def member_dealer(ctx: zmq.Context[zmq.Socket[bytes]], creds: ClusterCredentials
         dealer.setsockopt(zmq.METADATA, prop.encode())
     dealer.connect(target)
     return dealer
+
+
+def process_keypair() -> tuple[bytes, bytes]:
+    """This process's own key pair (what its endpoints' DEALERs use): a hand-made DEALER with
+    it is this process, which a ROUTER of this process admits without asking anyone."""
+    from zmesh.security.identity import process_keys
+
+    keys = process_keys()
+    return keys.public, keys.secret
+
+
+class AnsweringMember:
+    """A member process's inbound side, made by hand: a CURVE ROUTER bound at a tcp address
+    that answers proof-of-address challenges (`transports.zmq_proof`) with the public key of
+    `keypair`, in a thread, as a zmesh endpoint's `recv` would. A `member_dealer` with the
+    same key pair and `sender=address` is then an honest process with a name of its own.
+    Everything else it receives is kept in `received`."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], creds: ClusterCredentials,
+                 keypair: tuple[bytes, bytes] | None = None, port: int = 0) -> None:
+        import threading
+
+        import zmq
+
+        self.keypair = keypair or zmq.curve_keypair()
+        self.received: list[list[bytes]] = []
+        self.answered = 0
+        router = ctx.socket(zmq.ROUTER)
+        router.linger = 0
+        router.curve_server = True
+        router.curve_secretkey = creds.curve_secret
+
+        def bound() -> bool:
+            try:  # (a port just given up is freed by libzmq's I/O thread a moment later)
+                router.bind(f"tcp://127.0.0.1:{port or '*'}")
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EADDRINUSE:
+                    raise
+                return False
+            return True
+
+        wait_until(bound, 30, f"port {port} to be free")
+        self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        stop_at = f"inproc://answering-member-{id(self):x}"
+        stop = ctx.socket(zmq.PAIR)
+        stop.bind(stop_at)
+        self._stopper = ctx.socket(zmq.PAIR)
+        self._stopper.linger = 0
+        self._stopper.connect(stop_at)
+        self._thread = threading.Thread(target=self._serve, args=(router, stop), daemon=True)
+        self._thread.start()
+
+    def _serve(self, router: zmq.Socket[bytes], stop: zmq.Socket[bytes]) -> None:
+        import zmq
+
+        from zmesh.transports.zmq_proof import answer_frame, challenge_nonce
+
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(stop, zmq.POLLIN)
+        try:
+            while stop not in dict(poller.poll()):
+                rid, *frames = router.recv_multipart()
+                nonce = challenge_nonce(frames[0]) if len(frames) == 1 else None
+                if nonce is None:
+                    self.received.append(frames)
+                    continue
+                router.send_multipart([rid, answer_frame(nonce, self.keypair[0])])
+                self.answered += 1
+        finally:
+            router.close(linger=0)
+            stop.close(linger=0)
+
+    def close(self) -> None:
+        self._stopper.send(b"")
+        self._thread.join(30)
+        self._stopper.close(linger=0)

@@ -148,6 +148,11 @@ def _fuzz(cluster: Cluster, *, frames: int, connections: int, seed: int) -> dict
     member_sent = 0
     with open_endpoint("tcp://127.0.0.1:0", credentials=cluster.credentials,
                        sndhwm=frames) as member:
+        # One round trip first: the node asks the member's address who it is (and the member
+        # the node's) before taking anything from it, so that its frames reach handlers.
+        member.send(target, [codec.encode(m.Query(request_id=1, what="metrics"))])
+        answer = member.recv(60)
+        assert answer is not None and answer[0] == target, answer
         for parts in _member_frames(rng, frames - counts["stranger_frames"]):
             member.send(target, parts)
             member_sent += 1

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import zmq
-from security_fixtures import drain_until, member_dealer, wait_until
+from security_fixtures import AnsweringMember, drain_until, member_dealer, wait_until
 
 import zmesh
 from zmesh.runtime import context
@@ -41,18 +41,27 @@ def test_a_member_claiming_another_process_name_is_refused_and_the_real_one_stil
         victim.send(server.address, [b"real-2"])
         assert server.recv(60) == (victim.address, [b"real-2"])
         forger.send(b"forged again")  # the forger's connection stays refused
-        # Control: the same kind of connection, under a name of its own, is accepted.
-        honest = member_dealer(ctx, creds, server.address, sender="tcp://127.0.0.1:9")
-        honest.send(b"own name")
-        got = drain_until(server, lambda: server.peers.refused_spoof >= 2,
-                          "the forger's second message to be refused")
-        got += drain_until(server, lambda: len(got) >= 1, "the honest message")
-        assert got == [("tcp://127.0.0.1:9", [b"own name"])]
+        # Control: the same kind of connection, under a name of its own (an address where
+        # it answers for its key), is accepted.
+        own = AnsweringMember(ctx, creds)
+        try:
+            honest = member_dealer(ctx, creds, server.address, sender=own.address,
+                                   keypair=own.keypair)
+            honest.send(b"own name")
+            got = drain_until(server, lambda: server.peers.refused_spoof >= 2,
+                              "the forger's second message to be refused")
+            if not got:  # (it waits for the answer to the server's challenge)
+                got = drain_until(server, lambda: server.peers.sizes()["owners"] >= 1
+                                  and not server.peers.proofs.busy, "the honest message")
+            assert got == [(own.address, [b"own name"])]
+        finally:
+            own.close()
 
 
 def test_a_name_whose_holder_is_gone_passes_to_a_new_process(
         creds: ClusterCredentials, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
-    """A port reused by a new process after the old one exited must not lock it out."""
+    """A port reused by a new process after the old one exited must not lock it out: the
+    new process receives there, so it answers for its key and takes the name."""
     with open_endpoint("tcp://127.0.0.1:0", credentials=creds) as server:
         assert isinstance(server, ZmqEndpoint)
         old = open_endpoint("tcp://127.0.0.1:0", credentials=creds)
@@ -60,15 +69,16 @@ def test_a_name_whose_holder_is_gone_passes_to_a_new_process(
         old.send(server.address, [b"old"])
         assert server.recv(60) == (name, [b"old"])
         old.close()
-        successor = member_dealer(ctx, creds, server.address, sender=name)
-
-        def delivered() -> bool:
-            # The ROUTER may see the old connection close a little after the new one opens.
+        new = AnsweringMember(ctx, creds, port=int(name.rsplit(":", 1)[1]))
+        try:
+            successor = member_dealer(ctx, creds, server.address, sender=name,
+                                      keypair=new.keypair)
             successor.send(b"new")
-            item = server.recv(0.2)
-            return item is not None and item == (name, [b"new"])
-
-        wait_until(delivered, 60, "the successor's message")
+            assert drain_until(server, lambda: server.peers.sizes()["connections"] >= 1,
+                               "the successor's message") == [(name, [b"new"])]
+            assert new.answered >= 1
+        finally:
+            new.close()
 
 
 def test_a_key_without_this_mesh_vouch_is_refused(
@@ -105,13 +115,15 @@ import zmq
 import security_fixtures as f
 from zmesh.security.keys import ClusterCredentials
 creds = ClusterCredentials.from_token(os.environ["ZMESH_TOKEN"])
-node, driver, spoofed_marker, own_marker, own_name = sys.argv[2:7]
+node, driver, spoofed_marker, own_marker = sys.argv[2:6]
 ctx = zmq.Context()
 forged = f.member_dealer(ctx, creds, node, sender=driver)
 forged.send(f.encode(f.create_actor_with_pickle(spoofed_marker, driver)))
-honest = f.member_dealer(ctx, creds, node, sender=own_name)
-honest.send(f.encode(f.create_actor_with_pickle(own_marker, own_name)))
-time.sleep(0.5)  # let libzmq flush both before the process exits (linger is 0)
+own = f.AnsweringMember(ctx, creds)  # the attacker's own name: it answers there
+honest = f.member_dealer(ctx, creds, node, sender=own.address, keypair=own.keypair)
+honest.send(f.encode(f.create_actor_with_pickle(own_marker, own.address)))
+f.wait_until(lambda: os.path.exists(own_marker), 60, "the attacker's own CreateActor to load")
+own.close()
 ctx.destroy(linger=0)
 """
 
@@ -127,8 +139,7 @@ def test_a_second_process_with_the_token_cannot_act_as_the_driver(
         node = f"tcp://{mesh.address}"
         env = dict(os.environ, ZMESH_TOKEN=mesh.credentials.token)
         subprocess.run([sys.executable, "-c", _ATTACKER, os.path.dirname(__file__), node,
-                        driver, spoofed, own, "tcp://127.0.0.1:9"], env=env, check=True,
-                       timeout=120)
+                        driver, spoofed, own], env=env, check=True, timeout=120)
         assert mesh.head_node is not None
 
         def refused() -> bool:

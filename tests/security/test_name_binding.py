@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import zmq
-from security_fixtures import drain_until, member_dealer
+from security_fixtures import AnsweringMember, drain_until, member_dealer
 
 from zmesh.security.keys import ClusterCredentials
 from zmesh.transports import open_endpoint
@@ -45,22 +45,25 @@ def test_a_member_key_cannot_take_the_name_of_a_live_process_whose_connection_id
                     and server.peers.sizes()["live_names"] == 0,
                     "the server to see the victim's connection close")
         # A member with a genuine vouch -- for its own name -- claims the idle victim's.
-        keypair = zmq.curve_keypair()
-        forger = member_dealer(ctx, creds, server.address, sender=victim.address,
-                               vouched_for=_OWN_NAME, keypair=keypair)
-        forger.send(b"forged")
-        got = drain_until(server, lambda: server.peers.refused_unvouched >= 1,
-                          "the claim to the idle process's name to be refused")
-        assert got == []
-        # The victim reconnects and is still itself.
-        victim.send(server.address, [b"real-2"])
-        assert _next(server, "the victim's next message") == (victim.address, [b"real-2"])
-        # Control: the same key under the name it was vouched for is accepted.
-        honest = member_dealer(ctx, creds, server.address, sender=_OWN_NAME,
-                               keypair=keypair)
-        honest.send(b"own name")
-        assert _next(server, "the honest message") == (_OWN_NAME, [b"own name"])
-        assert server.peers.refused_spoof == 0
+        own = AnsweringMember(ctx, creds)  # where that member receives, and answers
+        try:
+            forger = member_dealer(ctx, creds, server.address, sender=victim.address,
+                                   vouched_for=own.address, keypair=own.keypair)
+            forger.send(b"forged")
+            got = drain_until(server, lambda: server.peers.refused_unvouched >= 1,
+                              "the claim to the idle process's name to be refused")
+            assert got == []
+            # The victim reconnects and is still itself.
+            victim.send(server.address, [b"real-2"])
+            assert _next(server, "the victim's next message") == (victim.address, [b"real-2"])
+            # Control: the same key under the name it was vouched for is accepted.
+            honest = member_dealer(ctx, creds, server.address, sender=own.address,
+                                   keypair=own.keypair)
+            honest.send(b"own name")
+            assert _next(server, "the honest message") == (own.address, [b"own name"])
+            assert server.peers.refused_spoof == 0
+        finally:
+            own.close()
 
 
 def test_a_member_key_cannot_take_the_name_of_a_process_that_never_connected(
@@ -104,7 +107,10 @@ def test_a_new_process_reusing_a_dead_process_address_is_admitted(
         try:
             assert _next(server, "the successor's message") == (name, [b"successor"])
             server.send(name, [b"ack"])
-            assert proc.wait(60) == 0
+            # The successor asks the server's address who it is before taking the ack: a
+            # process is proven by receiving, so the server keeps receiving meanwhile.
+            drain_until(server, lambda: proc.poll() is not None, "the successor to exit")
+            assert proc.returncode == 0
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -17,6 +17,7 @@ from security_fixtures import (
     create_actor_with_pickle,
     encode,
     raw_zmtp_null_dealer,
+    receiving,
     wait_until,
 )
 
@@ -96,6 +97,7 @@ def test_the_same_payload_from_a_member_does_run(tmp_path: object) -> None:
         with open_endpoint("tcp://127.0.0.1:0", credentials=cluster.credentials) as member:
             member.send(f"tcp://{cluster.address}",
                         [encode(create_actor_with_pickle(marker, member.address))])
-            wait_until(lambda: os.path.exists(marker), 60, "the member's CreateActor to load")
+            wait_until(receiving(member, lambda: os.path.exists(marker)), 60,
+                       "the member's CreateActor to load")
     finally:
         cluster.shutdown()

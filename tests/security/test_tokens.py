@@ -8,7 +8,14 @@ import subprocess
 import sys
 
 import pytest
-from security_fixtures import RecordingProxy, create_actor_with_pickle, encode, replay, wait_until
+from security_fixtures import (
+    RecordingProxy,
+    create_actor_with_pickle,
+    encode,
+    receiving,
+    replay,
+    wait_until,
+)
 
 import zmesh
 from zmesh.errors import AuthenticationError
@@ -88,7 +95,8 @@ def test_a_captured_connection_replayed_on_another_is_refused(tmp_path: object) 
         with open_endpoint("tcp://127.0.0.1:0", credentials=cluster.credentials) as member:
             member.send(f"tcp://127.0.0.1:{proxy.port}",
                         [encode(create_actor_with_pickle(marker, member.address))])
-            wait_until(lambda: os.path.exists(marker), 60, "the member's message to arrive")
+            wait_until(receiving(member, lambda: os.path.exists(marker)), 60,
+                       "the member's message to arrive")
         captured = proxy.recorded()
         proxy.close()
         assert len(captured) > 64  # the greeting, the CURVE handshake and the message

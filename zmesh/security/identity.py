@@ -5,7 +5,7 @@ a fork), and uses it as the client key of all its DEALERs. The cluster key pair 
 the join token) stays the server key of every ROUTER, so only holders of the token can
 complete a CURVE handshake with a member at all; the process's own key is what the peer then
 knows it as. libzmq sends the connection's ZMTP metadata inside the encrypted CURVE handshake
-on every (re)connect, and a DEALER puts three properties there:
+on every (re)connect, and a DEALER puts four properties there:
 
 - ``X-Zmesh-Proto``: the wire protocol version (`zmesh.protocol.handshake.PROTOCOL_VERSION`);
 - ``X-Zmesh-Sender``: the address the process receives on, which is how it is named;
@@ -13,19 +13,17 @@ on every (re)connect, and a DEALER puts three properties there:
   the same user can reach, it is believed), so one process has one identity on both;
 - ``X-Zmesh-Vouch``: an HMAC of its sender name and public key under a key derived from the
   mesh secret, so a key that completed the handshake is also one a member made for this mesh,
-  and made to speak as that one name only.
+  and made to speak as that one name only;
+- ``X-Zmesh-Proof``, on a connection that only carries a proof-of-address challenge.
 
-The receiving ROUTER (`zmesh.transports.zmq_peers`) checks these once per connection and
-binds each sender name to the key that first claimed it, so no member can speak for another:
-a key vouched for one name is refused under any other, whether or not that name's process is
-connected at the moment (idle, or never connected yet). A process that reuses the address of
-one that exited makes its own vouch for it, and takes the name once the old holder's
-connections are closed.
-
-What a vouch cannot stop is a process that holds the mesh secret itself and mints a vouch for
-another process's name: every process of a mesh today holds the secret (workers inherit the
-token from their node), so the binding guards against keys issued for other names, not
-against a member that deliberately forges (see the closing note of issue 7).
+The receiving ROUTER (`zmesh.transports.zmq_peers`) checks these once per connection. A
+vouch shows that a key is a member's, made for one name: a key vouched for one name is
+refused under any other. It cannot show more, because every process of a mesh holds the
+secret (workers inherit the token from their node) and so can mint a vouch for any name.
+What settles who a tcp sender is, is its address: a ROUTER that hears a key claim a name for
+the first time asks the process that receives at that address for its key, and delivers
+nothing of the claim until that key is the claimant's (`zmesh.transports.zmq_proof`).
+Claims over ipc are believed: only the same user can reach those sockets.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from zmesh.security.keys import ClusterCredentials, derive
 
 __all__ = [
     "KEY_PROPERTY",
+    "PROOF_PROPERTY",
     "PROTO_PROPERTY",
     "SENDER_PROPERTY",
     "VOUCH_PROPERTY",
@@ -56,6 +55,8 @@ KEY_PROPERTY = "X-Zmesh-Key"
 PROTO_PROPERTY = "X-Zmesh-Proto"
 SENDER_PROPERTY = "X-Zmesh-Sender"
 VOUCH_PROPERTY = "X-Zmesh-Vouch"
+PROOF_PROPERTY = "X-Zmesh-Proof"
+"""Marks a connection that only carries a proof-of-address challenge (`transports.zmq_proof`)."""
 
 
 @dataclass(frozen=True)
