@@ -33,22 +33,32 @@ becomes N, as it would for every message sent to N anyway.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import secrets
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import zmq
 from zmq.utils import z85
 
+from zmesh.errors import TransportError
 from zmesh.security.identity import PROOF_PROPERTY, process_keys
 from zmesh.security.keys import ClusterCredentials
 
-from .base import Buffer, frame_nbytes
+from .base import Buffer, frame_nbytes, live_endpoints
 from .zmq_context import prepare_dealer
 
-__all__ = ["AddressProofs", "Claim", "answer_frame", "challenge_frame", "challenge_nonce"]
+if TYPE_CHECKING:
+    from .zmq_transport import ZmqEndpoint
+
+__all__ = [
+    "PROOF_TIMEOUT_ENV", "AddressProofs", "Claim", "answer_frame", "challenge_frame",
+    "challenge_nonce", "own_addresses", "proof_timeout", "receive",
+]
 
 logger = logging.getLogger("zmesh.transports.peers")
 
@@ -59,6 +69,33 @@ _NONCE = 16
 _KEY = 40  # a Z85 CURVE public key
 DEFAULT_TIMEOUT = 20.0
 """Seconds a challenge waits for its answer (the target's loop may be slow under load)."""
+PROOF_TIMEOUT_ENV = "ZMESH_PROOF_TIMEOUT"
+"""Overrides `DEFAULT_TIMEOUT` for the endpoints of a process (tests shorten it)."""
+
+
+def proof_timeout(given: float | None) -> float:
+    """`given`, else $ZMESH_PROOF_TIMEOUT, else `DEFAULT_TIMEOUT`; TransportError if bad."""
+    if given is None:
+        raw = os.environ.get(PROOF_TIMEOUT_ENV, "").strip()
+        try:
+            given = float(raw) if raw else DEFAULT_TIMEOUT
+        except ValueError:
+            raise TransportError(f"${PROOF_TIMEOUT_ENV} must be a number of seconds, got "
+                                 f"{raw!r}") from None
+    if not given > 0:
+        raise TransportError(f"proof_timeout must be positive, got {given}")
+    return given
+
+
+def own_addresses() -> set[str]:
+    """The addresses this process's open endpoints receive at (a claim to one of them by a
+    key not this process's is refused without asking)."""
+    found: set[str] = set()
+    for ep in live_endpoints():
+        bound = getattr(ep, "bound_addresses", None)
+        if bound is not None and not ep.closed:
+            found.update(bound())
+    return found
 
 
 def challenge_frame(nonce: bytes) -> bytes:
@@ -285,3 +322,48 @@ class AddressProofs:
         self._names.clear()
         self.ready.clear()
         self._held = self._held_bytes = 0
+
+
+def receive(ep: ZmqEndpoint, timeout: float | None) -> tuple[str, list[Buffer]] | None:
+    """`ep.recv` while senders are being proven: messages of claims just proven first (in
+    the order they came), then the ROUTER and the answers to `ep`'s challenges, polled
+    together until a message, a wake-up, or `timeout`."""
+    proofs = ep.peers.proofs
+    router = ep._router
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    while True:
+        if proofs.ready:
+            item = proofs.ready.popleft()
+            ep._proving = proofs.busy
+            return item
+        now = time.monotonic()
+        proofs.expire(now)
+        if not proofs.busy:
+            ep._proving = False
+            return ep.recv(None if deadline is None else max(0.0, deadline - now))
+        due = proofs.next_deadline()
+        wait = math.inf if due is None else max(0.0, due - now)
+        if deadline is not None:
+            wait = min(wait, max(0.0, deadline - now))
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        for dealer in proofs.dealers():
+            poller.register(dealer, zmq.POLLIN)
+        try:
+            ready = dict(poller.poll(None if wait == math.inf else math.ceil(wait * 1000)))
+        except zmq.ZMQError as exc:
+            raise ep._closed_error("recv", exc) from exc
+        for sock in ready:
+            if sock is not router:
+                proofs.read(sock)
+        if proofs.ready:
+            continue
+        if router in ready:
+            wakes = ep._wakes
+            ep._proving = False
+            item = ep.recv(0)  # one message (or none: held, dropped, a wake-up)
+            ep._proving = ep._proving or proofs.busy
+            if item is not None or ep._wakes != wakes:
+                return item
+        if deadline is not None and time.monotonic() >= deadline and not proofs.ready:
+            return None

@@ -37,10 +37,10 @@ import zmq
 from zmesh.errors import TransportError
 from zmesh.security.keys import ClusterCredentials, process_credentials
 
-from .base import Buffer, Endpoint, frame_nbytes, live_endpoints
+from . import zmq_proof
+from .base import Buffer, Endpoint, frame_nbytes
 from .zmq_context import ipc_socket_in_use, new_router, prepare_dealer, shared_context
 from .zmq_peers import PeerTable
-from .zmq_proof import DEFAULT_TIMEOUT
 from .zmq_thread_sender import ZERO_COPY_THRESHOLD, ZmqThreadSender
 
 __all__ = [
@@ -54,8 +54,6 @@ __all__ = [
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
 DEFAULT_MAX_PEERS = 256
 """Outbound connections an endpoint keeps open at most (the least recently used go first)."""
-PROOF_TIMEOUT_ENV = "ZMESH_PROOF_TIMEOUT"
-"""Seconds an endpoint waits for a sender's address to answer for its key (`zmq_proof`)."""
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
 _MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
@@ -136,15 +134,16 @@ class ZmqEndpoint(Endpoint):
         self._ipc_path: str | None = None
         self._extra_ipc_paths: list[str] = []
         self._also: list[str] = []  # addresses bound by bind_also
-        self._proving = False  # proofs hold or have messages ready: recv takes _recv_proving
+        self._proving = False  # proofs hold or have messages ready: recv takes their way
         self._wakes = 0
         # Reentrant: a finalizer run by the garbage collector inside wake() may wake again.
         self._wake_lock = threading.RLock()
         self._context = shared_context.acquire()
         try:
             self._router = self._bind_router(address, max_frame_size, rcvhwm)
-            self.peers = PeerTable(self._router, self.credentials, own_addresses=_own_addresses,
-                                   proof_timeout=_proof_timeout(proof_timeout))
+            self.peers = PeerTable(self._router, self.credentials,
+                                   own_addresses=zmq_proof.own_addresses,
+                                   proof_timeout=zmq_proof.proof_timeout(proof_timeout))
             self._proofs = self.peers.proofs
             self._connections = self.peers.connections
             self.address = advertise if advertise is not None else self._bound_address(address)
@@ -306,7 +305,7 @@ class ZmqEndpoint(Endpoint):
 
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
         if self._proving:
-            return self._recv_proving(timeout)
+            return zmq_proof.receive(self, timeout)
         router = self._router
         timeout_ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
         try:
@@ -340,7 +339,7 @@ class ZmqEndpoint(Endpoint):
                     if peer is None:
                         if self._proofs.busy:  # held: wait for the answer, and the rest
                             self._proving = True
-                            return self._recv_proving(timeout) if timeout_ms else None
+                            return zmq_proof.receive(self, timeout) if timeout_ms else None
                         continue
                 if self._screen_inbound and self._oversized(frames):
                     # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
@@ -351,49 +350,6 @@ class ZmqEndpoint(Endpoint):
             return None
         except zmq.ZMQError as exc:
             raise self._closed_error("recv", exc) from exc
-
-    def _recv_proving(self, timeout: float | None) -> tuple[str, list[Buffer]] | None:
-        """`recv` while senders are being proven: messages of claims just proven first (in
-        the order they came), then the ROUTER and the answers to our challenges, polled
-        together until a message, a wake-up, or `timeout`."""
-        proofs = self._proofs
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        while True:
-            if proofs.ready:
-                item = proofs.ready.popleft()
-                self._proving = proofs.busy
-                return item
-            now = time.monotonic()
-            proofs.expire(now)
-            if not proofs.busy:
-                self._proving = False
-                return self.recv(None if deadline is None else max(0.0, deadline - now))
-            due = proofs.next_deadline()
-            wait = math.inf if due is None else max(0.0, due - now)
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - now))
-            poller = zmq.Poller()
-            poller.register(self._router, zmq.POLLIN)
-            for dealer in proofs.dealers():
-                poller.register(dealer, zmq.POLLIN)
-            try:
-                ready = dict(poller.poll(None if wait == math.inf else math.ceil(wait * 1000)))
-            except zmq.ZMQError as exc:
-                raise self._closed_error("recv", exc) from exc
-            for sock in ready:
-                if sock is not self._router:
-                    proofs.read(sock)
-            if proofs.ready:
-                continue
-            if self._router in ready:
-                wakes = self._wakes
-                self._proving = False
-                item = self.recv(0)  # one message (or none: held, dropped, a wake-up)
-                self._proving = self._proving or proofs.busy
-                if item is not None or self._wakes != wakes:
-                    return item
-            if deadline is not None and time.monotonic() >= deadline and not proofs.ready:
-                return None
 
     def _oversized(self, frames: list[Buffer]) -> bool:
         cap = self.max_frame_size
@@ -541,27 +497,6 @@ class ZmqEndpoint(Endpoint):
         if self._closed or exc.errno == errno.ENOTSOCK:
             return TransportError(f"endpoint {self.address!r} is closed; cannot {operation}")
         return TransportError(f"{operation} on {self.address!r} failed: {exc}")
-
-
-def _own_addresses() -> set[str]:
-    """The addresses this process's open zmq endpoints receive at."""
-    return {address for ep in live_endpoints() if isinstance(ep, ZmqEndpoint) and not ep.closed
-            for address in ep.bound_addresses()}
-
-
-def _proof_timeout(given: float | None) -> float:
-    if given is not None:
-        value = given
-    else:
-        raw = os.environ.get(PROOF_TIMEOUT_ENV, "").strip()
-        try:
-            value = float(raw) if raw else DEFAULT_TIMEOUT
-        except ValueError:
-            raise TransportError(f"${PROOF_TIMEOUT_ENV} must be a number of seconds, got "
-                                 f"{raw!r}") from None
-    if not value > 0:
-        raise TransportError(f"proof_timeout must be positive, got {value}")
-    return value
 
 
 def open_zmq_endpoint(address: str, **options: Any) -> ZmqEndpoint:
