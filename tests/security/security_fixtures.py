@@ -252,15 +252,18 @@ class AnsweringMember:
     that answers proof-of-address challenges (`transports.zmq_proof`) with the public key of
     `keypair`, in a thread, as a zmesh endpoint's `recv` would. A `member_dealer` with the
     same key pair and `sender=address` is then an honest process with a name of its own.
-    Everything else it receives is kept in `received`."""
+    `reply`, if given, makes the answer to a nonce (a liar, or a broken peer). Everything
+    else it receives is kept in `received`."""
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], creds: ClusterCredentials,
-                 keypair: tuple[bytes, bytes] | None = None, port: int = 0) -> None:
+                 keypair: tuple[bytes, bytes] | None = None, port: int = 0,
+                 reply: Callable[[bytes], list[bytes]] | None = None) -> None:
         import threading
 
         import zmq
 
         self.keypair = keypair or zmq.curve_keypair()
+        self._reply = reply  # what it answers a challenge's nonce with, instead of the truth
         self.received: list[list[bytes]] = []
         self.answered = 0
         router = ctx.socket(zmq.ROUTER)
@@ -303,7 +306,9 @@ class AnsweringMember:
                 if nonce is None:
                     self.received.append(frames)
                     continue
-                router.send_multipart([rid, answer_frame(nonce, self.keypair[0])])
+                reply = (self._reply(nonce) if self._reply is not None
+                         else [answer_frame(nonce, self.keypair[0])])
+                router.send_multipart([rid, *reply])
                 self.answered += 1
         finally:
             router.close(linger=0)
