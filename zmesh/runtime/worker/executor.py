@@ -31,6 +31,7 @@ from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.owner.actor_calls import CANCELLED_CALL
 from zmesh.runtime.strategies import placement_of
+from zmesh.runtime.values import NONE_VALUE
 from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
@@ -261,9 +262,11 @@ class Executor:
     def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str,
                         owner: str) -> list[m.Value]:
         if num_returns == 1:
+            if result is None:  # the commonest answer: no id made, no serializer run
+                return [NONE_VALUE]
             items = [result]
         elif num_returns == 0:
-            items = [None]
+            return [NONE_VALUE]
         else:
             items = list(result)
             if len(items) != num_returns:
