@@ -23,6 +23,11 @@ from typing import Any
 import msgspec
 
 STORE_TIMEOUT_S = 300.0
+IDLE_WAIT = datetime.timedelta(days=3650)
+"""How long a pair's thread waits for the next request: as long as the pair lives. gloo
+closes a pair whose receive's wait times out, so a wait bounded by the group's timeout
+broke every pair left idle that long (the consumer's next fetch failed); a consumer that
+goes away closes its end, which ends the wait at once (gloo; NCCL waits as before)."""
 KEY_BYTES = 32  # a key is a uuid4 hex string
 INLINE_SIZES = 16  # sizes of up to this many tensors ride in the request itself
 REQUEST_BYTES = KEY_BYTES + 8 * (1 + INLINE_SIZES)  # key, count, sizes in bytes
@@ -122,7 +127,10 @@ class KeptTensors:
         asking = ask.recv([request], 1, TAG_REQUEST)
         while True:
             try:
-                asking.wait()
+                if status_always:
+                    asking.wait()  # nccl: a timeout here would make torch poll the work
+                else:
+                    asking.wait(IDLE_WAIT)
                 raw = host.tobytes() if host is not None else bytes(request.cpu().numpy())
                 key, count, sizes = decode_request(raw)
                 if not 0 <= count <= MAX_TENSORS:

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 
 class _Done:
-    def wait(self) -> bool:
+    def wait(self, timeout: object = None) -> bool:
         return True
 
 
@@ -145,7 +145,7 @@ class _OneRequestGroup(_RecordingGroup):
 
 
 class _Gone:
-    def wait(self) -> bool:
+    def wait(self, timeout: object = None) -> bool:
         raise RuntimeError("connection closed by peer")
 
 
