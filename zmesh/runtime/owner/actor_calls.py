@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 
 _NO_ARGS = m.Args()  # shared by calls without arguments (Args is frozen)
+_NO_IDS: tuple[bytes, ...] = ()  # the `release` of calls without ref arguments
+_ONE = (0,)  # the return indexes of a call with one return (or none: num_returns 0 or -1)
 
 CANCELLED_CALL = "__zmesh_cancelled__"
 """The method name a call cancelled before it was sent goes with."""
@@ -62,7 +64,7 @@ class Call(msgspec.Struct, eq=False):
     method: str
     args: m.Args
     num_returns: int
-    release: list[bytes]
+    release: Sequence[bytes]  # the ref arguments it holds until it completes
     backpressure: int = 0
     group: str = ""
     parent: bytes = b""  # the task that made the call (cancel(recursive=True) follows it)
@@ -207,7 +209,7 @@ class ActorCaller:
         calls made after it with ready arguments run first, as in Ray."""
         client = self.client
         task_id = task_id or client.ids.task_id()
-        release = [r.id for r in top_refs] + nested_ids
+        release = [r.id for r in top_refs] + nested_ids if top_refs or nested_ids else _NO_IDS
         if release:
             client.objects.add_submitted(release)
         args = m.Args(data=data) if data else _NO_ARGS
@@ -419,7 +421,8 @@ class ActorCaller:
 
     def _complete(self, call: Call, returns: list[m.Value]) -> None:
         objects = self.client.objects
-        for i in range(max(call.num_returns, 1)):
+        n = call.num_returns
+        for i in range(n) if n > 1 else _ONE:  # (one return, the common case: no range made)
             value = returns[i] if i < len(returns) else returns[0]
             oid = IdGen.object_id(call.task_id, i)
             if objects.set_value(oid, value) is None and value.loc is not None:
