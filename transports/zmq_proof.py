@@ -125,7 +125,7 @@ def _answered_key(frame: bytes, nonce: bytes) -> str | None:
         if len(z85.decode(key)) != 32:
             return None
         return key.decode("ascii")
-    except (ValueError, UnicodeDecodeError):
+    except Exception:  # noqa: BLE001 - z85 raises KeyError, struct.error...: not a key
         return None
 
 

@@ -349,7 +349,8 @@ def test_garbage_on_a_proof_connection_never_reaches_the_loop_and_is_answered_on
             assert server.recv(60) == (other.address, [b"still here"])
 
 
-@pytest.mark.parametrize("reply", ["wrong nonce", "garbage", "multipart", "another key"])
+@pytest.mark.parametrize("reply", ["wrong nonce", "garbage", "multipart", "another key",
+                                   "not z85", "z85 out of range", "high bytes"])
 def test_a_wrong_answer_proves_nothing(creds: ClusterCredentials,
                                        ctx: zmq.Context[zmq.Socket[bytes]], reply: str) -> None:
     other_key = zmq.curve_keypair()[0]
@@ -358,6 +359,11 @@ def test_a_wrong_answer_proves_nothing(creds: ClusterCredentials,
         "garbage": lambda nonce: [os.urandom(73)],
         "multipart": lambda nonce: [answer_frame(nonce, keypair[0]), b""],
         "another key": lambda nonce: [answer_frame(nonce, other_key)],
+        # a key-sized tail that is not a key (z85 raised KeyError / struct.error for these,
+        # out of the challenger's recv: its loop died)
+        "not z85": lambda nonce: [answer_frame(nonce, b"~" * 40)],
+        "z85 out of range": lambda nonce: [answer_frame(nonce, b"#" * 40)],
+        "high bytes": lambda nonce: [answer_frame(nonce, b"\xff" * 40)],
     }
     keypair = zmq.curve_keypair()
     member = AnsweringMember(ctx, creds, keypair=keypair, reply=replies[reply])
