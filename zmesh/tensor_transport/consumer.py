@@ -35,10 +35,11 @@ class _Pair:
             timeout=CONNECT_TIMEOUT_S, to=address)
         if reply.error:
             raise TensorTransportError(reply.error)
-        self.pg = p.pair_group(self.pair_id, 1, backend)  # the tensors (and statuses)
-        # gloo: the requests on a group of their own (see producer.KeptTensors._serve)
-        self.ask_pg = self.pg if backend == "nccl" else \
-            p.pair_group(self.pair_id, 1, backend, p.ASK_PART)
+        # lanes, taken in turn by transfers: a lane's group for the tensors (and statuses)
+        # and its group for the requests (gloo: two lanes of two groups, see
+        # producer.KeptTensors._serve; NCCL: one lane, one group for both)
+        self.datas, self.asks = p.pair_groups(self.pair_id, 1, backend)
+        self.turn = 0  # the lane of the next transfer
         self.fresh = True  # the rendezvous keys are deleted after the first exchange
         self.lock = threading.Lock()  # one transfer at a time: it guards the buffers below
         import torch
@@ -48,18 +49,18 @@ class _Pair:
         self.request_host = self.request.numpy()
         self.ctl = p.control_device(backend)  # nccl: control tensors on the GPU too
         self.request_sent = self.request.to(self.ctl)
-        self.status = torch.empty(1, dtype=torch.int64, device=self.ctl)
-        self.status_host: Any = self.status.numpy() if self.ctl == "cpu" else None
-        self.gone_watch: Any = None  # gloo: the standing receive of a "gone" status
+        self.status = [torch.empty(1, dtype=torch.int64, device=self.ctl)
+                       for _ in self.datas]  # one per lane
+        self.status_host = [s.numpy() for s in self.status] if self.ctl == "cpu" else []
+        self.gone_watch: list[Any] = [None] * len(self.datas)  # gloo, per lane
 
-    def watch_for_gone(self) -> None:
-        """gloo: (re)post the receive that only a "gone" answer fills. It stays posted
-        across transfers, so a transfer that goes well costs no status message; a "gone"
-        lands before the zeros that fill the transfer's receives, so it is in `status` once
-        they are."""
-        assert self.status_host is not None
-        self.status_host[0] = p.STATUS_OK
-        self.gone_watch = self.pg.recv([self.status], 0, p.TAG_STATUS)
+    def watch_for_gone(self, lane: int) -> None:
+        """gloo: (re)post the lane's receive that only a "gone" answer fills. It stays
+        posted across transfers, so a transfer that goes well costs no status message; a
+        "gone" lands before the zeros that fill the transfer's receives, so it is in the
+        lane's status once they are."""
+        self.status_host[lane][0] = p.STATUS_OK
+        self.gone_watch[lane] = self.datas[lane].recv([self.status[lane]], 0, p.TAG_STATUS)
 
 
 _pairs: dict[tuple[str, str], _Pair] = {}
@@ -92,25 +93,28 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
         if more is not None:
             more = more.to(pair.ctl)
         with pair.lock:
+            lane = pair.turn
+            pair.turn = (lane + 1) % len(pair.datas)
+            pg, ask, status = pair.datas[lane], pair.asks[lane], pair.status[lane]
             p.encode_request(pair.request_host, key, sizes)
-            request, status = pair.request_sent, pair.status
+            request = pair.request_sent
             if request is not pair.request:
                 request.copy_(pair.request)
             if backend == "nccl":
                 # one CUDA stream runs a pair's sends and receives in order: a receive
                 # queued ahead of the request would wait forever for the answer to it
-                sent = _ask(pair, request, more)
-                done = pair.pg.recv([status], 0, p.TAG_STATUS)
-                out, works = _post(pair, metas, dtypes, device)
+                sent = _ask(ask, request, more)
+                done = pg.recv([status], 0, p.TAG_STATUS)
+                out, works = _post(pg, metas, dtypes, device)
                 works.insert(0, done)
             else:
                 # gloo: every receive is posted before the request goes out, so the
                 # producer's sends find them and land straight in place; no status comes
                 # unless the tensors are gone (see _Pair.watch_for_gone)
-                if pair.gone_watch is None:
-                    pair.watch_for_gone()
-                out, works = _post(pair, metas, dtypes, device)
-                sent = _ask(pair, request, more)
+                if pair.gone_watch[lane] is None:
+                    pair.watch_for_gone(lane)
+                out, works = _post(pg, metas, dtypes, device)
+                sent = _ask(ask, request, more)
             # the producer sends (the status, then) the tensors in order, over one
             # connection: waiting for the last receive first wakes this thread once
             for work in reversed(works):
@@ -121,10 +125,10 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
                 pair.fresh = False
                 _forget(pair.pair_id)
             if backend != "nccl":
-                gone = pair.status_host[0] != p.STATUS_OK
+                gone = pair.status_host[lane][0] != p.STATUS_OK
                 if gone:  # it came in: a new standing receive for the next "gone"
-                    pair.gone_watch.wait()
-                    pair.watch_for_gone()
+                    pair.gone_watch[lane].wait()
+                    pair.watch_for_gone(lane)
             else:
                 gone = int(status.item()) != p.STATUS_OK
             if gone:
@@ -143,19 +147,19 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             f"answering ({type(exc).__name__}: {exc})") from exc
 
 
-def _ask(pair: _Pair, request: Any, more: Any) -> list[Any]:
-    """Send the request (and the sizes behind it, when many)."""
-    sent = [pair.ask_pg.send([request], 0, p.TAG_REQUEST)]
+def _ask(ask: Any, request: Any, more: Any) -> list[Any]:
+    """Send the request (and the sizes behind it, when many) over the group `ask`."""
+    sent = [ask.send([request], 0, p.TAG_REQUEST)]
     if more is not None:
-        sent.append(pair.ask_pg.send([more], 0, p.TAG_SIZES))
+        sent.append(ask.send([more], 0, p.TAG_SIZES))
     return sent
 
 
-def _post(pair: _Pair, metas: list[tuple[list[int], str]], dtypes: list[Any],
+def _post(pg: Any, metas: list[tuple[list[int], str]], dtypes: list[Any],
           device: str) -> tuple[list[Any], list[Any]]:
-    """New buffers for the tensors, and the receive of each."""
+    """New buffers for the tensors, and the receive of each over the group `pg`."""
     out = [_empty(shape, dt, device) for (shape, _), dt in zip(metas, dtypes)]
-    works = [pair.pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
+    works = [pg.recv([t], 0, p.TAG_FIRST_TENSOR + i) for i, t in enumerate(out)]
     return out, works
 
 

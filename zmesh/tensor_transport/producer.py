@@ -33,7 +33,7 @@ INLINE_SIZES = 16  # sizes of up to this many tensors ride in the request itself
 REQUEST_BYTES = KEY_BYTES + 8 * (1 + INLINE_SIZES)  # key, count, sizes in bytes
 MAX_TENSORS = 1 << 20
 TAG_REQUEST, TAG_STATUS, TAG_SIZES, TAG_FIRST_TENSOR = 0, 1, 2, 3
-ASK_PART = "ask/"  # gloo: requests go over a group of their own (see KeptTensors._serve)
+GLOO_PARTS = ("", "data1/", "ask0/", "ask1/")  # gloo: two lanes (see KeptTensors._serve)
 STATUS_OK, STATUS_GONE = 1, 0
 
 
@@ -104,34 +104,37 @@ class KeptTensors:
         import torch
 
         try:
-            pg = pair_group(pair_id, 0, backend)
-            ask = pair_group(pair_id, 0, backend, ASK_PART) if backend != "nccl" else pg
+            datas, asks = pair_groups(pair_id, 0, backend)
         except Exception:  # noqa: BLE001 - the consumer never came (its fetch fails alone)
             return
         ctl = control_device(backend)  # nccl moves CUDA tensors only, control ones too
-        request = torch.empty(REQUEST_BYTES, dtype=torch.uint8, device=ctl)
-        host = request.numpy() if ctl == "cpu" else None  # read in place, no copy (gloo)
+        requests = [torch.empty(REQUEST_BYTES, dtype=torch.uint8, device=ctl) for _ in asks]
         answers = {ok: torch.full((1,), ok, dtype=torch.int64, device=ctl)
                    for ok in (STATUS_OK, STATUS_GONE)}
-        # gloo: requests come over a group of their own (own socket, gloo loop thread and
-        # pair lock). gloo's loop thread only *tries* a pair's lock, and spins on epoll_wait
-        # while a user thread holds it; the write of a request wakes us, which can preempt
-        # the consumer's thread inside that call, holding the lock as our answer comes in
-        # (measured on one group: ~1,000 epoll_wait calls and ~0.7 ms of loop CPU per 1 MB
-        # transfer). For the same reason the next request's receive (whose notice goes to
-        # the consumer's request pair) is posted once the answer is out, when the consumer
-        # waits for data, not the moment its request came in. NCCL: one group; the next
-        # request's receive after the sends too, as one CUDA stream runs a pair's
+        # gloo's loop thread only *tries* a pair's lock, and spins on epoll_wait while a
+        # user thread holds it. A write wakes the peer, which can preempt the writer inside
+        # its call, holding that pair's lock while the peer's answer comes in on it.
+        # Measured with one group per pair: ~1,000 epoll_wait calls and ~0.7 ms of loop CPU
+        # per 1 MB transfer; with one more group for requests, still 100-450 calls on the
+        # request pair or on the tensors' pair. So (gloo) a transfer's request and tensors
+        # go over two groups, and transfers take two such lanes in turn: each side writes
+        # the next message on a pair the other is not writing on. A lane's next request
+        # receive is posted once the *next* request came in on the other lane (the
+        # consumer's thread is then long out of its call there). NCCL: one group for all;
+        # the next request's receive after the sends, as one CUDA stream runs a pair's
         # operations in order (a receive ahead of them would wait for the next request)
         status_always = backend == "nccl"  # gloo: a status only says "gone" (see above)
-        asking = ask.recv([request], 1, TAG_REQUEST)
+        asking = [a.recv([r], 1, TAG_REQUEST) for a, r in zip(asks, requests)]
+        spent = [False] * len(asks)  # a request group whose receive was read, not reposted
+        turn = 0
         while True:
             try:
+                pg, ask, request = datas[turn], asks[turn], requests[turn]
                 if status_always:
-                    asking.wait()  # nccl: a timeout here would make torch poll the work
+                    asking[turn].wait()  # nccl: a timeout here would make torch poll the work
                 else:
-                    asking.wait(IDLE_WAIT)
-                raw = host.tobytes() if host is not None else bytes(request.cpu().numpy())
+                    asking[turn].wait(IDLE_WAIT)
+                raw = bytes(request.cpu().numpy())  # a copy: its buffer takes the next one
                 key, count, sizes = decode_request(raw)
                 if not 0 <= count <= MAX_TENSORS:
                     return  # not a consumer of ours: drop the pair
@@ -139,6 +142,11 @@ class KeptTensors:
                     asked = torch.empty(count, dtype=torch.int64, device=ctl)
                     ask.recv([asked], 1, TAG_SIZES).wait()
                     sizes = asked.tolist()
+                spent[turn] = True
+                before = (turn - 1) % len(asks)
+                if not status_always and before != turn and spent[before]:
+                    asking[before] = asks[before].recv([requests[before]], 1, TAG_REQUEST)
+                    spent[before] = False
                 lent = self.lend(key)
                 tensors = lent[0] if lent is not None and lent[1] == sizes else None
                 ok = tensors is not None  # else gone, or not what the consumer expects
@@ -157,7 +165,10 @@ class KeptTensors:
                 works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
                 for work in reversed(works):
                     work.wait()
-                asking = ask.recv([request], 1, TAG_REQUEST)
+                if status_always:
+                    asking[turn] = ask.recv([request], 1, TAG_REQUEST)
+                    spent[turn] = False
+                turn = (turn + 1) % len(asks)
                 if ok:
                     self.sent_bytes += sum(sizes)
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
@@ -198,18 +209,28 @@ def decode_request(raw: bytes) -> tuple[str, int, list[int]]:
     return raw[:KEY_BYTES].decode(errors="replace"), count, sizes
 
 
-def pair_group(pair_id: str, rank: int, backend: str, part: str = "") -> Any:
-    """A 2-rank process group of the pair (`part` names which, when it has two); its
-    rendezvous runs through the mesh's KV."""
+def pair_groups(pair_id: str, rank: int, backend: str) -> tuple[list[Any], list[Any]]:
+    """The pair's 2-rank process groups, by lane: (the tensors' groups, the requests').
+    NCCL: one lane, one group for both. gloo: two lanes, four groups on one gloo device of
+    their own (one loop thread) with one worker thread each (send and recv use none).
+    Rendezvous through the mesh's KV."""
     import torch.distributed as dist
 
     from zmesh.collective.store import MeshStore
 
-    store = MeshStore(pair_prefix(pair_id) + part, STORE_TIMEOUT_S)
+    prefix = pair_prefix(pair_id)
     timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
     if backend == "nccl":
-        return dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())
-    return dist.ProcessGroupGloo(store, rank, 2, timeout)
+        store = MeshStore(prefix, STORE_TIMEOUT_S)
+        pg = dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())
+        return [pg], [pg]
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    options._devices = [dist.ProcessGroupGloo.create_default_device()]
+    options._threads = 1
+    options._timeout = timeout
+    groups = [dist.ProcessGroupGloo(MeshStore(prefix + part, STORE_TIMEOUT_S), rank, 2, options)
+              for part in GLOO_PARTS]
+    return groups[:2], groups[2:]
 
 
 KEPT = KeptTensors()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -55,16 +56,18 @@ def _FakePair(backend: str = "gloo") -> consumer._Pair:  # noqa: N802 - stands f
     """A consumer's pair on a recording group (no producer, no rendezvous)."""
     pair = consumer._Pair.__new__(consumer._Pair)
     pair.pair_id = "0" * 32
-    pair.pg = pair.ask_pg = _RecordingGroup(backend)  # one record of both groups' calls
+    pair.pg = _RecordingGroup(backend)  # type: ignore[attr-defined]  # every group's calls
+    pair.datas = pair.asks = [pair.pg]  # type: ignore[attr-defined]
+    pair.turn = 0
     pair.fresh = False
     pair.lock = threading.Lock()
     pair.request = torch.zeros(p.REQUEST_BYTES, dtype=torch.uint8)
     pair.request_host = pair.request.numpy()
     pair.ctl = "cpu"
     pair.request_sent = pair.request
-    pair.status = torch.empty(1, dtype=torch.int64)
-    pair.status_host = pair.status.numpy()
-    pair.gone_watch = None
+    pair.status = [torch.empty(1, dtype=torch.int64)]
+    pair.status_host = [pair.status[0].numpy()]
+    pair.gone_watch = [None]
     return pair
 
 
@@ -113,7 +116,7 @@ def test_gone_fails_the_transfer_and_the_pair_goes_on(backend):
     _fetch(pair, backend)
     if backend == "gloo":
         assert pair.pg.ops[0] != ("recv", p.TAG_STATUS)  # reposted when the gone came in
-        assert len(pair.pg.status) == 2 and int(pair.status_host[0]) == p.STATUS_OK
+        assert len(pair.pg.status) == 2 and int(pair.status_host[0][0]) == p.STATUS_OK
 
 
 def test_a_result_without_tensors_needs_no_transfer():
@@ -165,13 +168,17 @@ def test_the_producer_posts_the_next_request_in_the_backends_order(backend, kept
     raw = bytearray(p.REQUEST_BYTES)
     p.encode_request(raw, "k" * 32, [tensor.nbytes])
     group = _OneRequestGroup(bytes(raw))
-    monkeypatch.setattr(p, "pair_group", lambda pair_id, rank, backend, part="": group)
+    asks = [group] if backend == "nccl" else [group, group]
+    datas = [group] * len(asks)
+    monkeypatch.setattr(p, "pair_groups", lambda pair_id, rank, backend: (datas, asks))
     monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
     kept._serve("0" * 32, backend)  # returns when the second request's wait fails
     status = [("send", p.TAG_STATUS)] if backend == "nccl" or not kept_it else []
     sends = status + [("send", p.TAG_FIRST_TENSOR)]
     ask = [("recv", p.TAG_REQUEST)]
-    expected = ask + sends + ask
+    # gloo: both request groups' receives are posted up front; the first is posted again
+    # only when a request came in on the second (here none does)
+    expected = ask + sends + ask if backend == "nccl" else ask + ask + sends
     assert group.ops == expected
     assert kept.sent_bytes == (tensor.nbytes if kept_it else 0)
 
@@ -190,11 +197,12 @@ def test_a_pair_idle_past_its_groups_timeout_serves_the_next_fetch(monkeypatch):
     dist = pytest.importorskip("torch.distributed")
     store = dist.HashStore()
 
-    def pair_group(pair_id: str, rank: int, backend: str, part: str = "") -> object:
-        return dist.ProcessGroupGloo(dist.PrefixStore(pair_id + part, store), rank, 2,
-                                     IDLE_TIMEOUT)
+    def pair_groups(pair_id: str, rank: int, backend: str) -> tuple[list, list]:
+        groups = [dist.ProcessGroupGloo(dist.PrefixStore(pair_id + part, store), rank, 2,
+                                        IDLE_TIMEOUT) for part in p.GLOO_PARTS]
+        return groups[:2], groups[2:]
 
-    monkeypatch.setattr(p, "pair_group", pair_group)
+    monkeypatch.setattr(p, "pair_groups", pair_groups)
     kept = p.KeptTensors()
     key = "k" * 32
     kept.keep(key, [torch.arange(6, dtype=torch.float32)])
@@ -202,8 +210,10 @@ def test_a_pair_idle_past_its_groups_timeout_serves_the_next_fetch(monkeypatch):
     serving.start()
 
     pair = _FakePair("gloo")  # the consumer's side, on real groups
-    pair.pg = pair_group(pair.pair_id, 1, "gloo")
-    pair.ask_pg = pair_group(pair.pair_id, 1, "gloo", p.ASK_PART)
+    pair.datas, pair.asks = pair_groups(pair.pair_id, 1, "gloo")
+    pair.status = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
+    pair.status_host = [s.numpy() for s in pair.status]
+    pair.gone_watch = [None, None]
     metas = [([6], "float32")]
     consumer._pairs[("addr", "gloo")] = pair
     try:
@@ -221,3 +231,66 @@ def test_a_pair_idle_past_its_groups_timeout_serves_the_next_fetch(monkeypatch):
     serving.join(timeout=60)
     assert not serving.is_alive(), "the producer's thread outlived its consumer"
     assert kept.sent_bytes == 2 * 24
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, str, int]] = []
+
+
+class _AskGroup:
+    """One request group of a producer, sharing a log: its first `serve` receives of a
+    request read `raw`; a later one ends the pair (as a consumer that went away)."""
+
+    def __init__(self, name: str, log: _Log, raw: bytes, serve: int) -> None:
+        self.name, self.log, self.raw, self.serve = name, log, raw, serve
+
+    def send(self, tensors: list, peer: int, tag: int) -> _Done:
+        self.log.ops.append((self.name, "send", tag))
+        return _Done()
+
+    def recv(self, tensors: list, peer: int, tag: int) -> Any:
+        self.log.ops.append((self.name, "recv", tag))
+        if self.serve > 0:
+            self.serve -= 1
+            tensors[0].numpy()[:] = memoryview(self.raw)
+            return _Done()
+        return _Gone()
+
+
+def test_gloo_requests_take_turns_and_a_group_is_reposted_after_the_next_request(
+        monkeypatch):
+    """Requests alternate between two groups; one's next receive is posted once a request
+    came in on the other (its consumer's thread is long out of its call on this one)."""
+    kept = p.KeptTensors()
+    tensor = torch.arange(4, dtype=torch.float32)
+    kept.keep("k" * 32, [tensor])
+    raw = bytearray(p.REQUEST_BYTES)
+    p.encode_request(raw, "k" * 32, [tensor.nbytes])
+    log = _Log()
+    datas = [_AskGroup("d0", log, b"", 0), _AskGroup("d1", log, b"", 0)]
+    asks = [_AskGroup("a0", log, bytes(raw), 2), _AskGroup("a1", log, bytes(raw), 1)]
+    monkeypatch.setattr(p, "pair_groups", lambda pair_id, rank, backend: (datas, asks))
+    monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
+    kept._serve("0" * 32, "gloo")  # a0, a1, a0 serve; a1's second receive ends it
+    req, tag = p.TAG_REQUEST, p.TAG_FIRST_TENSOR
+    assert log.ops == [("a0", "recv", req), ("a1", "recv", req),  # both up front
+                       ("d0", "send", tag),  # request 1 (lane 0) answered on lane 0
+                       ("a0", "recv", req), ("d1", "send", tag),  # request 2 came on lane 1
+                       ("a1", "recv", req), ("d0", "send", tag)]  # request 3 on lane 0
+    assert kept.sent_bytes == 3 * tensor.nbytes
+
+
+def test_the_consumer_takes_the_lanes_in_turn():
+    pair = _FakePair("gloo")
+    d0, d1, a0, a1 = (_RecordingGroup("gloo") for _ in range(4))
+    pair.datas, pair.asks = [d0, d1], [a0, a1]  # type: ignore[attr-defined]
+    pair.status = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
+    pair.status_host = [s.numpy() for s in pair.status]
+    pair.gone_watch = [None, None]
+    for _ in range(3):
+        _fetch(pair, "gloo")
+    tensors = [("recv", p.TAG_FIRST_TENSOR), ("recv", p.TAG_FIRST_TENSOR + 1)]
+    assert d0.ops == [("recv", p.TAG_STATUS)] + tensors * 2  # transfers 1 and 3
+    assert d1.ops == [("recv", p.TAG_STATUS)] + tensors
+    assert a0.ops == [("send", p.TAG_REQUEST)] * 2 and a1.ops == [("send", p.TAG_REQUEST)]
