@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
@@ -20,6 +21,10 @@ from zmesh.tensor_transport.pool import POOL
 from zmesh.tensor_transport.types import TensorTransportError
 
 CONNECT_TIMEOUT_S = 10.0
+MAX_PAIRS = 32
+"""Pairs a process keeps (each holds its gloo device: sockets and threads, on both sides):
+past this, the least recently used idle one is dropped (its producer's thread then ends),
+so producers that were replaced, or died with no fetch after, do not pile up."""
 
 
 class _Pair:
@@ -63,8 +68,23 @@ class _Pair:
         self.gone_watch[lane] = self.datas[lane].recv([self.status[lane]], 0, p.TAG_STATUS)
 
 
-_pairs: dict[tuple[str, str], _Pair] = {}
+_pairs: OrderedDict[tuple[str, str], _Pair] = OrderedDict()  # least recently used first
 _pairs_lock = threading.Lock()
+
+
+def _pair_for(address: str, backend: str) -> _Pair:
+    """The pair to the producer at `address` (made on first use; most recently used now)."""
+    with _pairs_lock:
+        pair = _pairs.get((address, backend))
+        if pair is not None:
+            _pairs.move_to_end((address, backend))
+            return pair
+        if len(_pairs) >= MAX_PAIRS:  # drop the least recently used one not in a transfer
+            idle = next((k for k, v in _pairs.items() if not v.lock.locked()), None)
+            if idle is not None:
+                del _pairs[idle]
+        pair = _pairs[(address, backend)] = _Pair(address, backend)
+        return pair
 
 
 def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str]],
@@ -83,10 +103,7 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
     if not metas:
         return []  # nothing to move: the result is all in its descriptor
     try:
-        with _pairs_lock:
-            pair = _pairs.get((address, backend))
-            if pair is None:
-                pair = _pairs[(address, backend)] = _Pair(address, backend)
+        pair = _pair_for(address, backend)
         dtypes = [getattr(torch, dtype) for _, dtype in metas]
         sizes = [_numel(shape) * dt.itemsize for (shape, _), dt in zip(metas, dtypes)]
         more = p.extra_sizes(sizes)

@@ -52,9 +52,12 @@ class _RecordingGroup:
         return _Done()
 
 
+_REAL_PAIR = consumer._Pair  # (a test may stand a maker of fakes in for it)
+
+
 def _FakePair(backend: str = "gloo") -> consumer._Pair:  # noqa: N802 - stands for a class
     """A consumer's pair on a recording group (no producer, no rendezvous)."""
-    pair = consumer._Pair.__new__(consumer._Pair)
+    pair = _REAL_PAIR.__new__(_REAL_PAIR)
     pair.pair_id = "0" * 32
     pair.pg = _RecordingGroup(backend)  # type: ignore[attr-defined]  # every group's calls
     pair.datas = pair.asks = [pair.pg]  # type: ignore[attr-defined]
@@ -294,3 +297,32 @@ def test_the_consumer_takes_the_lanes_in_turn():
     assert d0.ops == [("recv", p.TAG_STATUS)] + tensors * 2  # transfers 1 and 3
     assert d1.ops == [("recv", p.TAG_STATUS)] + tensors
     assert a0.ops == [("send", p.TAG_REQUEST)] * 2 and a1.ops == [("send", p.TAG_REQUEST)]
+
+
+def test_a_process_keeps_a_bounded_number_of_pairs(monkeypatch):
+    """Each pair holds a gloo device (sockets, threads) until it is dropped, and only a failed
+    fetch dropped one: a consumer that fetched from many producers over its life (actors
+    that were replaced, or died with no fetch after) kept every pair. Past MAX_PAIRS the
+    least recently used idle one goes; one in use (its lock held) stays."""
+    made: list[consumer._Pair] = []
+
+    def new_pair(address: str, backend: str) -> consumer._Pair:
+        made.append(_FakePair(backend))
+        return made[-1]
+
+    monkeypatch.setattr(consumer, "_Pair", new_pair)
+    monkeypatch.setattr(consumer, "MAX_PAIRS", 3)
+    monkeypatch.setattr(consumer, "_pairs", type(consumer._pairs)())
+    for i in range(3):
+        consumer.fetch(f"a{i}", "gloo", "k" * 32, METAS, "cpu", "producer")
+    consumer.fetch("a0", "gloo", "k" * 32, METAS, "cpu", "producer")  # a0 used again
+    made[1].lock.acquire()  # a1 is mid-transfer in another thread
+    try:
+        consumer.fetch("a3", "gloo", "k" * 32, METAS, "cpu", "producer")
+    finally:
+        made[1].lock.release()
+    # a2 (least recently used, idle) went; a1 stayed although older, as it was in use
+    assert sorted(a for a, _ in consumer._pairs) == ["a0", "a1", "a3"]
+    for i in range(4, 20):
+        consumer.fetch(f"a{i}", "gloo", "k" * 32, METAS, "cpu", "producer")
+    assert len(consumer._pairs) == 3 and len(made) == 20
