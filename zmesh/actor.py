@@ -253,7 +253,8 @@ class ActorMethod:
         refs = client.make_refs(task_id, n)
         backpressure = self._backpressure if n < 0 else 0
         out = refs[0] if n == 1 else returned(client, n, refs, task_id, backpressure)
-        client.actors.call(rec, self._name, data, top, [r.id for r in nested], n, task_id,
+        nested_ids = [r.id for r in nested] if nested else []  # (no comprehension for none)
+        client.actors.call(rec, self._name, data, top, nested_ids, n, task_id,
                            backpressure=backpressure, group=self._group)
         return out
 

@@ -43,6 +43,7 @@ from zmesh.transports import open_endpoint
 logger = logging.getLogger(__name__)
 
 _REQUEST_REPLIES = (m.AllocReply, m.NamedActorReply, m.QueryReply)
+_RETURN_0 = IdGen.object_id(b"", 0)  # a task's first return id is its id plus this
 
 
 class CoreClient:
@@ -281,7 +282,9 @@ class CoreClient:
     def make_refs(self, task_id: bytes, n: int) -> list[ObjectRef]:
         """Refs owned by this process for the returns of a task it submits."""
         addr = self.address
-        return [ObjectRef(IdGen.object_id(task_id, i), addr, self) for i in range(max(n, 1))]
+        if n <= 1:  # one return (or a generator's, or none): no range, no comprehension
+            return [ObjectRef(task_id + _RETURN_0, addr, self)]
+        return [ObjectRef(IdGen.object_id(task_id, i), addr, self) for i in range(n)]
 
     def lookup_named_actor(self, name: str, namespace: str) -> m.NamedActorReply | None:
         """The node's answer for a live named actor (zmesh.actor makes the handle), or None."""
