@@ -105,10 +105,10 @@ def challenge_frame(nonce: bytes) -> bytes:
 
 def challenge_nonce(frame: Buffer) -> bytes | None:
     """The nonce of a well-formed challenge frame; None for anything else."""
-    raw = bytes(frame) if not isinstance(frame, bytes) else frame
-    if len(raw) != len(_CHALLENGE) + _NONCE or not raw.startswith(_CHALLENGE):
+    if frame_nbytes(frame) != len(_CHALLENGE) + _NONCE:  # (before copying a large frame)
         return None
-    return raw[len(_CHALLENGE):]
+    raw = bytes(frame)
+    return raw[len(_CHALLENGE):] if raw.startswith(_CHALLENGE) else None
 
 
 def answer_frame(nonce: bytes, public: bytes) -> bytes:

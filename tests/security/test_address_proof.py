@@ -330,7 +330,7 @@ def test_garbage_on_a_proof_connection_never_reaches_the_loop_and_is_answered_on
                      "X-Zmesh-Proof:challenge"):
             proof.setsockopt(zmq.METADATA, prop.encode())
         proof.connect(server.address)
-        garbage = [[os.urandom(n)] for n in (0, 1, 7, 31, 64, 1000)]
+        garbage = [[os.urandom(n)] for n in (0, 1, 7, 31, 64, 1000, 100_000)]  # (a view)
         garbage += [[challenge_frame(b"x" * 16), b"extra"], [challenge_frame(b"x" * 15)],
                     [answer_frame(b"x" * 16, public)]]
         for frames in garbage:
