@@ -246,6 +246,8 @@ class AddressProofs:
 
     def next_deadline(self) -> float | None:
         """When the first challenge in flight times out (None: none in flight)."""
+        if not self._by_dealer and self._names:
+            self._start_waiting()  # (none in flight yet some waiting: one failed to start)
         return min((c.deadline for c in self._by_dealer.values()), default=None)
 
     def read(self, dealer: zmq.Socket[bytes]) -> None:
@@ -272,7 +274,11 @@ class AddressProofs:
 
     def _finish(self, challenge: _Challenge, owner: str | None) -> None:
         self._drop(challenge, owner)
-        for waiting in list(self._names.values()):  # start waiting ones, oldest first
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start challenges that waited for a free slot, oldest first."""
+        for waiting in list(self._names.values()):
             if len(self._by_dealer) >= self._max_active:
                 break
             if waiting.dealer is None and self._names.get(waiting.name) is waiting:

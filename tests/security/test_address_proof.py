@@ -448,3 +448,24 @@ def test_closing_an_endpoint_with_challenges_in_flight_is_prompt(
     started = time.monotonic()
     server.close()  # closes the challenge connections (linger 0) before the context ends
     assert time.monotonic() - started < 10
+
+
+def test_challenges_beyond_the_active_bound_wait_their_turn(creds: ClusterCredentials) -> None:
+    settled: list[str] = []
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    proofs = AddressProofs(context, creds, lambda n, o, c: settled.append(n), timeout=60,
+                           max_active=1)
+    try:
+        proofs.address = "tcp://127.0.0.1:1"
+        names = [f"tcp://127.0.0.1:{port}" for port in (2, 3, 4)]
+        for name in names:
+            assert proofs.hold(name, "k" * 40, name.encode(), [b"m"])
+        assert len(proofs.dealers()) == 1 and proofs.sizes()["proving"] == 3
+        for turn in range(3):  # each time-out lets the next waiting challenge go
+            assert len(proofs.dealers()) == 1
+            proofs.expire(time.monotonic() + 120)
+            assert settled == names[:turn + 1]
+        assert not proofs.busy and proofs.challenges == 3
+    finally:
+        proofs.close()
+        context.destroy(linger=0)
