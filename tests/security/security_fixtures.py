@@ -308,8 +308,8 @@ class AnsweringMember:
                     continue
                 reply = (self._reply(nonce) if self._reply is not None
                          else [answer_frame(nonce, self.keypair[0])])
+                self.answered += 1  # (first: the answer may be acted on at once)
                 router.send_multipart([rid, *reply])
-                self.answered += 1
         finally:
             router.close(linger=0)
             stop.close(linger=0)
