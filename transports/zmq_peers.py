@@ -293,7 +293,10 @@ class PeerTable:
             return True  # this process itself (another of its endpoints, or a thread's)
         if sender.startswith(PROBE_PREFIX):
             return self._claim(sender, key, rid)  # probes bind nothing: first key holds
-        if not sender.startswith(_PROVABLE) or sender in self._own_addresses():
+        if not sender.startswith(_PROVABLE):
+            self._spoofed(sender, key, 1, "no process that could be asked over tcp")
+            return False
+        if sender in self._own_addresses():
             self._spoofed(sender, key, 1, "this process")  # (its own keys were let in above)
             return False
         owner = self._owners.get(sender)

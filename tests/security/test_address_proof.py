@@ -404,11 +404,13 @@ def test_an_unanswered_claim_times_out_and_is_asked_again_on_its_next_message(
         assert not peers.proofs.busy and peers.sizes()["held"] == 0
 
 
-def test_a_claim_to_the_receivers_own_address_is_refused_without_asking(
-        creds: ClusterCredentials, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+@pytest.mark.parametrize("claimed", ["own address", "inproc://zmesh-x", "udp://127.0.0.1:9"])
+def test_a_claim_to_the_receivers_own_or_an_unaskable_address_is_refused_without_asking(
+        creds: ClusterCredentials, ctx: zmq.Context[zmq.Socket[bytes]], claimed: str) -> None:
     with open_endpoint("tcp://127.0.0.1:0", credentials=creds) as server:
         assert isinstance(server, ZmqEndpoint)
-        forger = member_dealer(ctx, creds, server.address, sender=server.address)
+        name = server.address if claimed == "own address" else claimed
+        forger = member_dealer(ctx, creds, server.address, sender=name)
         forger.send(b"I am you")
         got = drain_until(server, lambda: server.peers.refused_spoof >= 1, "the refusal")
         assert got == [] and server.peers.proofs.challenges == 0
