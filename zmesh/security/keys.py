@@ -22,9 +22,7 @@ import os
 import secrets
 import threading
 from dataclasses import dataclass, field
-
-import zmq
-from zmq.utils import z85
+from functools import cached_property
 
 from zmesh.errors import AuthenticationError
 
@@ -62,14 +60,23 @@ class ClusterCredentials:
     def __post_init__(self) -> None:
         if len(self.secret) != _SECRET_BYTES:
             raise ValueError(f"a cluster secret is {_SECRET_BYTES} bytes, got {len(self.secret)}")
-        curve_secret = z85.encode(derive(self.secret, b"zmesh-curve-key"))
-        object.__setattr__(self, "curve_secret", curve_secret)
-        object.__setattr__(self, "curve_public", zmq.curve_public(curve_secret))
 
-    curve_secret: bytes = field(init=False, repr=False)
-    """The cluster's CURVE secret key (Z85, 40 bytes)."""
-    curve_public: bytes = field(init=False, repr=False)
-    """The cluster's CURVE public key (Z85, 40 bytes): the only client key ZAP admits."""
+    # The CURVE keys are worked out when a socket first needs them, not here: a driver makes
+    # its credentials just before it starts its node, and importing zmq for them then would
+    # hold the node's start back (zmq is imported meanwhile, by the client).
+    @cached_property
+    def curve_secret(self) -> bytes:
+        """The cluster's CURVE secret key (Z85, 40 bytes)."""
+        from zmq.utils import z85
+
+        return z85.encode(derive(self.secret, b"zmesh-curve-key"))
+
+    @cached_property
+    def curve_public(self) -> bytes:
+        """The cluster's CURVE public key (Z85, 40 bytes): the only client key ZAP admits."""
+        import zmq
+
+        return zmq.curve_public(self.curve_secret)
 
     @classmethod
     def generate(cls) -> ClusterCredentials:
