@@ -6,6 +6,8 @@ import functools
 import inspect
 from typing import Any
 
+import cloudpickle
+
 from zmesh.generators import backpressure_of, returned, wire_num_returns
 from zmesh.object_ref import ObjectRef
 from zmesh.options import (
@@ -18,24 +20,53 @@ from zmesh.options import (
     validate_namespace,
 )
 from zmesh.protocol.messages import runtime as m
-from zmesh.remote_function import _Exported, args_checker
+from zmesh.remote_function import _Exported, _retry_spec, args_checker
 from zmesh.runtime import context
 from zmesh.runtime.args import pack_args
 from zmesh.runtime.ids import actor_life_id, random_id
 from zmesh.runtime.strategies import encode_strategy
 
+METHOD_OPTIONS = frozenset({
+    "num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
+    "_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events",
+    "tensor_transport"})
+"""What `@ray.method(...)` takes, as in Ray; `enable_task_events` and `_num_objects_per_yield`
+are accepted and change nothing here (every call is recorded; a generator sends each item)."""
 
-def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None,
-           tensor_transport: str | None = None, **_ignored: Any) -> Any:
-    """Decorate an actor method with options, as Ray's `@ray.method(num_returns=2)`;
-    `num_returns="streaming"` (a generator's default) or `"dynamic"` for generators,
-    `concurrency_group` to run it in one of the class's concurrency groups, and
-    `tensor_transport="gloo"|"nccl"` to keep returned tensors in the actor and move them
-    to consumers over torch.distributed (see zmesh.tensor_transport)."""
+CALL_OPTIONS = frozenset({"num_returns", "name", "concurrency_group", "max_task_retries",
+                          "retry_exceptions", "enable_task_events",
+                          "_generator_backpressure_num_objects"})
+"""What `handle.method.options(...)` takes for one call, as in Ray."""
+
+
+def method(*args: Any, **options: Any) -> Any:
+    """Decorate an actor method, bare (`@ray.method`) or with options as Ray's
+    `@ray.method(num_returns=2)`: `num_returns` ("streaming", a generator's default, or
+    "dynamic" for generators), `concurrency_group` to run it in one of the class's groups,
+    `max_task_retries` (overriding the actor's) and `retry_exceptions` (True or exception
+    classes: such an exception sends the call again while retries are left),
+    `_generator_backpressure_num_objects`, and `tensor_transport="gloo"|"nccl"` to keep
+    returned tensors in the actor and move them to consumers over torch.distributed (see
+    zmesh.tensor_transport). An option Ray's `ray.method` does not take is an error."""
+    if args:
+        if len(args) == 1 and callable(args[0]) and not options:
+            return args[0]  # bare @ray.method: nothing to change
+        raise TypeError("ray.method takes keyword options only, e.g. @ray.method(num_returns=2)")
+    unknown = sorted(set(options) - METHOD_OPTIONS)
+    if unknown:
+        raise ValueError(f"invalid option(s) {unknown} for ray.method; it takes "
+                         f"{sorted(METHOD_OPTIONS)}")
+    num_returns = options.get("num_returns")
     if num_returns is not None:
         wire_num_returns(num_returns, None)  # validate now
+    tensor_transport = options.get("tensor_transport")
     if tensor_transport is not None and tensor_transport not in ("gloo", "nccl"):
         raise ValueError(f"tensor_transport must be 'gloo' or 'nccl', got {tensor_transport!r}")
+    retries = _call_retries(options)
+    retry_exc = _retry_spec(options["retry_exceptions"]) if "retry_exceptions" in options \
+        else None
+    backpressure = backpressure_of(options)
+    group = options.get("concurrency_group")
 
     def wrap(fn: Any) -> Any:
         if tensor_transport is not None:
@@ -44,11 +75,32 @@ def method(*, num_returns: int | str | None = None, concurrency_group: str | Non
             fn = with_tensor_transport(fn, tensor_transport)
         if num_returns is not None:
             fn.__zmesh_num_returns__ = num_returns
-        if concurrency_group is not None:
-            fn.__zmesh_concurrency_group__ = concurrency_group
+        if group is not None:
+            fn.__zmesh_concurrency_group__ = group
+        if retries is not None:
+            fn.__zmesh_max_task_retries__ = retries
+        if retry_exc is not None:
+            fn.__zmesh_retry_exceptions__ = retry_exc
+        if backpressure:
+            fn.__zmesh_backpressure__ = backpressure
         return fn
 
     return wrap
+
+
+def _call_retries(options: dict[str, Any]) -> int | None:
+    value = options.get("max_task_retries")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"max_task_retries must be an int >= 0, or -1 to retry always; "
+                         f"got {value!r}")
+    return value
+
+
+MethodOpts = tuple[int | None, Any, int]
+"""A method's own call options: (max_task_retries or None for the actor's, retry_exceptions,
+generator backpressure)."""
 
 
 def exit_actor() -> None:
@@ -71,6 +123,7 @@ class ActorClass:
         self._exported = _Exported(cls)
         self.__name__ = cls.__name__
         self._methods = _method_table(cls)
+        self._method_opts = _method_opts(cls)
         self._check_args = args_checker(cls)
         self._is_async = any(inspect.iscoroutinefunction(f)
                              for f in vars(cls).values() if callable(f))
@@ -172,19 +225,24 @@ class ActorClass:
             labels=labels_of(opts),
             concurrency_groups=_groups_of(opts),
             fn_blob=self._exported.blob, max_pending_calls=max_pending)
+        retries = int(opts.get("max_task_retries", 0))
+        if name:  # what a handle got by name needs, kept with the name
+            spec.methods = dict(self._methods)
+            spec.max_task_retries = retries
+            spec.method_opts = cloudpickle.dumps(self._method_opts) if self._method_opts else b""
         if nested:
             client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])
         # top-level ref arguments are resolved by the runtime, without blocking here: the
         # spec goes to the node once their values exist (calls queue until the actor is up)
-        client.actors.create(spec, int(opts.get("max_task_retries", 0)), top)
+        client.actors.create(spec, retries, top)
         life = None
         if lifetime != "detached":  # its handles are counted: the last one gone ends it
             life = ObjectRef(actor_life_id(actor_id), client.address, client)
             client.actors.lives[life.id] = actor_id
-        return ActorHandle(actor_id, self.__name__, self._methods,
-                           int(opts.get("max_task_retries", 0)), owned=True, life=life,
-                           max_pending_calls=max_pending,
-                           unordered=is_async or int(max_conc) > 1)
+        return ActorHandle(actor_id, self.__name__, self._methods, retries, owned=True,
+                           life=life, max_pending_calls=max_pending,
+                           unordered=is_async or int(max_conc) > 1,
+                           method_opts=self._method_opts)
 
 
 def _groups_of(opts: dict[str, Any]) -> dict[str, int]:
@@ -205,22 +263,37 @@ def _method_table(cls: type) -> dict[str, int]:
     return table
 
 
+def _method_opts(cls: type) -> dict[str, MethodOpts]:
+    """The call options `@ray.method` gave the class's methods (only those it gave any)."""
+    table = {}
+    for name, fn in inspect.getmembers(cls, predicate=callable):
+        opts = (getattr(fn, "__zmesh_max_task_retries__", None),
+                getattr(fn, "__zmesh_retry_exceptions__", False),
+                getattr(fn, "__zmesh_backpressure__", 0))
+        if opts != (None, False, 0):
+            table[name] = opts
+    return table
+
+
 class ActorMethod:
     """`handle.method` — call it with `.remote(...)`."""
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int,
-                 backpressure: int = 0, group: str = "") -> None:
+                 backpressure: int = 0, group: str = "", retries: int | None = None,
+                 retry_exceptions: Any = False) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._backpressure = backpressure
         self._group = group
+        self._retries = retries
+        self._retry_exceptions = retry_exceptions
 
     def options(self, **opts: Any) -> ActorMethod:
-        unknown = set(opts) - {"num_returns", "name", "concurrency_group",
-                               "_generator_backpressure_num_objects"}
+        unknown = set(opts) - CALL_OPTIONS
         if unknown:
-            raise ValueError(f"invalid option(s) {sorted(unknown)} for actor method {self._name}")
+            raise ValueError(f"invalid option(s) {sorted(unknown)} for actor method "
+                             f"{self._name}; a call takes {sorted(CALL_OPTIONS)}")
         n = self._num_returns
         if "num_returns" in opts:
             n = wire_num_returns(opts["num_returns"], None)
@@ -229,7 +302,10 @@ class ActorMethod:
             raise TypeError(f"concurrency_group must be a str, got {group!r}")
         backpressure = backpressure_of(opts) if "_generator_backpressure_num_objects" in opts \
             else self._backpressure
-        return ActorMethod(self._handle, self._name, n, backpressure, group)
+        retries = _call_retries(opts) if "max_task_retries" in opts else self._retries
+        retry_exc = _retry_spec(opts["retry_exceptions"]) if "retry_exceptions" in opts \
+            else self._retry_exceptions
+        return ActorMethod(self._handle, self._name, n, backpressure, group, retries, retry_exc)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         client = context.current_client()
@@ -255,7 +331,8 @@ class ActorMethod:
         out = refs[0] if n == 1 else returned(client, n, refs, task_id, backpressure)
         nested_ids = [r.id for r in nested] if nested else []  # (no comprehension for none)
         client.actors.call(rec, self._name, data, top, nested_ids, n, task_id,
-                           backpressure=backpressure, group=self._group)
+                           backpressure=backpressure, group=self._group,
+                           retries=self._retries, retry_exceptions=self._retry_exceptions)
         return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -275,13 +352,19 @@ def named_actor_handle(client: Any, name: str, namespace: str) -> ActorHandle | 
             client.loop.send_threadsafe(reply.owner, m.AddBorrowers(
                 object_ids=[life.id], borrower=client.address))
     # Ray keeps the creation's handle fields with the name: the limit and ordering follow it
-    return ActorHandle(reply.actor_id, reply.class_name, {}, life=life,
+    # Ray's handle by name knows the class's methods; a name registered before the node
+    # kept them (no `methods`) falls back to one return each, as before
+    return ActorHandle(reply.actor_id, reply.class_name, dict(reply.methods),
+                       reply.max_task_retries, life=life,
                        max_pending_calls=reply.max_pending_calls,
-                       unordered=reply.is_async or reply.max_concurrency > 1)
+                       unordered=reply.is_async or reply.max_concurrency > 1,
+                       method_opts=cloudpickle.loads(reply.method_opts)
+                       if reply.method_opts else None)
 
 
 _HANDLE_FIELDS = frozenset({"_actor_id", "_class_name", "_methods", "_max_task_retries",
-                            "_owned", "_max_pending_calls", "_life", "_unordered"})
+                            "_owned", "_max_pending_calls", "_life", "_unordered",
+                            "_method_opts"})
 
 
 class ActorHandle:
@@ -290,7 +373,8 @@ class ActorHandle:
     def __init__(self, actor_id: bytes, class_name: str, methods: dict[str, int],
                  max_task_retries: int = 0, owned: bool = False,
                  life: ObjectRef | None = None, max_pending_calls: int = -1,
-                 unordered: bool = False) -> None:
+                 unordered: bool = False,
+                 method_opts: dict[str, MethodOpts] | None = None) -> None:
         self._actor_id = actor_id
         self._life = life  # counts this handle with the creator (None: detached)
         self._class_name = class_name
@@ -302,6 +386,7 @@ class ActorHandle:
         # overtake calls still waiting for their arguments.
         self._max_pending_calls = max_pending_calls
         self._unordered = unordered
+        self._method_opts = method_opts or {}
 
     def _record(self, client: Any) -> Any:
         return client.actors.track(self._actor_id, self._class_name, self._max_task_retries)
@@ -314,13 +399,17 @@ class ActorHandle:
         methods = self.__dict__.get("_methods") or {}
         if methods and name not in methods:
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
-        return ActorMethod(self, name, methods.get(name, 1))
+        opts = self.__dict__.get("_method_opts")
+        own = opts.get(name) if opts else None
+        if own is None:
+            return ActorMethod(self, name, methods.get(name, 1))
+        return ActorMethod(self, name, methods.get(name, 1), own[2], "", own[0], own[1])
 
     def __reduce__(self) -> Any:
         # The life ref travels inside: the receiver borrows it, so the creator counts it.
         return (ActorHandle, (self._actor_id, self._class_name, self._methods,
                               self._max_task_retries, False, self._life,
-                              self._max_pending_calls, self._unordered))
+                              self._max_pending_calls, self._unordered, self._method_opts))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()[:12]})"

@@ -89,11 +89,12 @@ class RuntimeContext:
         aid = self._client.current_actor_id
         if not aid:
             raise RuntimeError("current_actor is only available in an actor")
-        from zmesh.actor import ActorHandle, _method_table
+        from zmesh.actor import ActorHandle, _method_opts, _method_table
 
         cls = getattr(self._client, "current_actor_class", None)
         methods = _method_table(cls) if cls is not None else {}
-        return ActorHandle(aid, getattr(cls, "__name__", "actor"), methods)
+        return ActorHandle(aid, getattr(cls, "__name__", "actor"), methods,
+                           method_opts=_method_opts(cls) if cls is not None else None)
 
     @property
     def namespace(self) -> str:

@@ -40,11 +40,13 @@ class Track(msgspec.Struct):
 
 class Submit(msgspec.Struct):
     """A call was made; it takes the next sequence number. `ready` False: its arguments are
-    still resolving (it holds its place, and is sent once `Ready` comes)."""
+    still resolving (it holds its place, and is sent once `Ready` comes). `max_task_retries`
+    (None: the actor's) is how often a restart may send it again (-1: always)."""
 
     actor_id: bytes
     task_id: bytes
     ready: bool = True
+    max_task_retries: int | None = None
 
 
 class Ready(msgspec.Struct):
@@ -171,9 +173,10 @@ class ActorCallerCore:
         a: _Actor | None
         call: _Call | None
         match event:
-            case Submit(aid, tid, ready):
+            case Submit(aid, tid, ready, retries):
                 a = self._actor(aid)
-                call = _Call(tid, a.next_seq, a.max_task_retries, ready)
+                call = _Call(tid, a.next_seq, a.max_task_retries if retries is None else retries,
+                             ready)
                 a.next_seq += 1
                 if a.state is State.DEAD:
                     out.append(Fail(aid, tid, False, "the actor is dead"))
@@ -248,15 +251,17 @@ class ActorCallerCore:
 
     # -- fast paths: the same rules as handle(Submit) / handle(Completed) for the common --
     # -- case, with no event or action objects: every actor call comes through both -------
-    def submit_fast(self, aid: bytes, tid: bytes) -> tuple[str, int] | None:
-        """`handle(Submit(aid, tid))` when the actor is alive: returns the Send's (address,
-        sequence number). None, changing nothing, when it is not: call `handle` then."""
+    def submit_fast(self, aid: bytes, tid: bytes,
+                    retries: int | None = None) -> tuple[str, int] | None:
+        """`handle(Submit(aid, tid, True, retries))` when the actor is alive: returns the
+        Send's (address, sequence number). None, changing nothing, when it is not: call
+        `handle` then."""
         a = self.actors.get(aid)
         if a is None or a.state is not State.ALIVE:
             return None
         seq = a.next_seq
         a.next_seq = seq + 1
-        a.calls[tid] = _Call(tid, seq, a.max_task_retries, True)
+        a.calls[tid] = _Call(tid, seq, a.max_task_retries if retries is None else retries, True)
         a.inflight.add(tid)
         wire = seq - a.seq_cut + a.seq_base
         self.log.append(("Submit", aid, tid, a.address, wire))

@@ -228,6 +228,21 @@ def test_an_answer_from_a_restarted_worker_is_not_taken_for_the_retry() -> None:
     core.validate()
 
 
+def test_a_call_s_own_max_task_retries_overrides_the_actor_s() -> None:
+    core = ActorCallerCore()
+    core.handle(Track(AID, max_task_retries=2))
+    core.handle(ActorAlive(AID, 0, "w0"))
+    core.handle(Submit(AID, b"none", True, 0))  # this call: no retry
+    assert core.submit_fast(AID, b"always", -1) == ("w0", 1)  # this one: always
+    core.handle(Submit(AID, b"actor"))  # the actor's two
+    for incarnation in range(1, 4):
+        core.handle(ActorRestarting(AID, "crashed"))
+        core.handle(ActorAlive(AID, incarnation, f"w{incarnation}"))
+    assert not core.in_flight(AID, b"none") and not core.in_flight(AID, b"actor")
+    assert core.in_flight(AID, b"always") is True
+    core.validate()
+
+
 def test_a_failed_send_waits_with_every_later_call_for_news() -> None:
     core = ActorCallerCore()
     core.handle(ActorAlive(AID, 0, "w0"))

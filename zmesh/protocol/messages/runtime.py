@@ -133,6 +133,12 @@ class CreateActor(Message, tag=28):
     labels: dict[str, str] = {}  # the node's labels must match these exactly
     concurrency_groups: dict[str, int] = {}  # group name -> calls it may run at once
     max_pending_calls: int = -1  # per handle, every handle (-1: no limit)
+    # What a handle got by name must know (named actors only; handles passed as values
+    # carry it themselves): each method's num_returns (the wire form), the actor's
+    # max_task_retries, and the methods' retry options (ActorHandle._method_opts, pickled)
+    methods: dict[str, int] = {}
+    max_task_retries: int = 0
+    method_opts: bytes = b""
 
 
 class ActorState(Message, tag=29):
@@ -177,6 +183,9 @@ class NamedActorReply(Message, tag=32):
     detached: bool = False
     max_pending_calls: int = -1
     max_concurrency: int = 1
+    methods: dict[str, int] = {}  # as CreateActor's: what the handle needs to call them
+    max_task_retries: int = 0
+    method_opts: bytes = b""
 
 
 class WorkerExited(Message, tag=33):

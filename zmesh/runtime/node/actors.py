@@ -362,7 +362,8 @@ class ActorManager:
             class_name=entry.spec.class_name, address=entry.address, state=entry.state,
             fn_id=entry.spec.fn_id, is_async=entry.spec.is_async, owner=entry.spec.owner,
             detached=entry.spec.detached, max_pending_calls=entry.spec.max_pending_calls,
-            max_concurrency=entry.spec.max_concurrency))
+            max_concurrency=entry.spec.max_concurrency, methods=entry.spec.methods,
+            max_task_retries=entry.spec.max_task_retries, method_opts=entry.spec.method_opts))
 
     # -- placement groups ------------------------------------------------------------------
     def _on_create_pg(self, sender: str, msg: m.CreatePlacementGroup, bufs: list[Any]) -> None:

@@ -42,7 +42,8 @@ class ActorDirectory:
                   "class_name": spec.class_name, "fn_id": spec.fn_id, "is_async": spec.is_async,
                   "owner": spec.owner, "detached": spec.detached,
                   "max_pending_calls": spec.max_pending_calls,
-                  "max_concurrency": spec.max_concurrency}
+                  "max_concurrency": spec.max_concurrency, "methods": spec.methods,
+                  "max_task_retries": spec.max_task_retries, "method_opts": spec.method_opts}
         key = named_key(spec.namespace, spec.name)
 
         def done(c: Completion, retried: bool = False) -> None:
@@ -89,7 +90,10 @@ class ActorDirectory:
                 is_async=holder["is_async"], owner=holder.get("owner", ""),
                 detached=holder.get("detached", True),
                 max_pending_calls=holder.get("max_pending_calls", -1),
-                max_concurrency=holder.get("max_concurrency", 1)))
+                max_concurrency=holder.get("max_concurrency", 1),
+                methods=holder.get("methods") or {},
+                max_task_retries=holder.get("max_task_retries", 0),
+                method_opts=holder.get("method_opts") or b""))
 
         self.node.control.get(named_key(msg.namespace, msg.name), done)
 

@@ -39,6 +39,7 @@ from zmesh.runtime import values
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner.call_resends import CallResends
+from zmesh.runtime.owner.task_record import covered
 from zmesh.task_error import ActorInitError, TaskError
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ class Call(msgspec.Struct, eq=False):
     backpressure: int = 0
     group: str = ""
     parent: bytes = b""  # the task that made the call (cancel(recursive=True) follows it)
+    retries: int | None = None  # the method's or call's max_task_retries (None: the actor's)
+    retry_exceptions: Any = False  # the exceptions that send it again (True: any)
 
 
 class ActorRecord(msgspec.Struct, eq=False, dict=True):
@@ -200,13 +203,18 @@ class ActorCaller:
 
     def call(self, rec: ActorRecord, method: str, data: bytes, top_refs: list[Any],
              nested_ids: list[bytes], num_returns: int, task_id: bytes | None = None,
-             backpressure: int = 0, group: str = "") -> bytes:
+             backpressure: int = 0, group: str = "", retries: int | None = None,
+             retry_exceptions: Any = False) -> bytes:
         """Submit a call; returns its task id (return object ids derive from it). Make the
         return refs first (pass their `task_id`): a call that fails at once sets their values.
 
         A call with ref arguments takes its place in the actor's order now and is sent once
         they resolve; a threaded or async actor's such call is numbered only then, so that
-        calls made after it with ready arguments run first, as in Ray."""
+        calls made after it with ready arguments run first, as in Ray.
+
+        `retries` overrides the actor's max_task_retries for this call; with
+        `retry_exceptions` an exception it covers sends the call again, as the last of the
+        caller's calls so far, while retries are left (one budget with restarts, as Ray's)."""
         client = self.client
         task_id = task_id or client.ids.task_id()
         release = [r.id for r in top_refs] + nested_ids if top_refs or nested_ids else _NO_IDS
@@ -214,13 +222,14 @@ class ActorCaller:
             client.objects.add_submitted(release)
         args = m.Args(data=data) if data else _NO_ARGS
         call = Call(rec, task_id, method, args, num_returns, release, backpressure, group,
-                    client.current_task_id or b"")
+                    client.current_task_id or b"", retries, retry_exceptions)
         self.calls[task_id] = call
         if not top_refs:
             with self._lock:
-                sent = self.core.submit_fast(rec.actor_id, task_id)
+                sent = self.core.submit_fast(rec.actor_id, task_id, retries)
             if sent is None:  # not alive (yet): the core queues it, or fails it
-                self._carry(self._handle(Submit(rec.actor_id, task_id)), on_loop=False)
+                self._carry(self._handle(Submit(rec.actor_id, task_id, True, retries)),
+                            on_loop=False)
             else:  # the common case: straight to the worker from this thread
                 msg = self._message(call, sent[1])
                 self.resends.sent(sent[0], msg)
@@ -228,7 +237,8 @@ class ActorCaller:
             return task_id
         ordered = not rec.unordered
         if ordered:
-            self._carry(self._handle(Submit(rec.actor_id, task_id, ready=False)), on_loop=False)
+            self._carry(self._handle(Submit(rec.actor_id, task_id, False, retries)),
+                        on_loop=False)
         else:
             with self._lock:
                 rec.resolving += 1
@@ -332,7 +342,7 @@ class ActorCaller:
                 else:
                     with self._lock:
                         call.rec.resolving -= 1
-                    event = Submit(aid, call.task_id)
+                    event = Submit(aid, call.task_id, True, call.retries)
                 self.client.loop.call_soon(lambda: self._carry(self._handle(event)))
 
         self.client._request_borrowed(top_refs)
@@ -408,6 +418,8 @@ class ActorCaller:
         # the GIL switches would otherwise stall the loop for a switch interval (5 ms).
         if not self.core.complete_fast(call.rec.actor_id, msg.task_id):
             return  # not in flight: an answer from a worker the call no longer waits on
+        if call.retry_exceptions and self._retry(call, msg):
+            return
         del self.calls[msg.task_id]
         self.resends.answered(msg.task_id)
         if msg.borrowed:
@@ -418,6 +430,18 @@ class ActorCaller:
         if msg.contained:
             self.client.hold_returned(sender, [IdGen.object_id(call.task_id, i) for i in
                                                range(max(call.num_returns, 1))], msg.contained)
+
+    def _retry(self, call: Call, msg: m.TaskResult) -> bool:
+        """Send again a call whose exception its `retry_exceptions` covers, while retries
+        are left (loop thread): True when it went again."""
+        rec = call.rec
+        left = rec.max_task_retries if call.retries is None else call.retries
+        if left == 0 or rec.killing or not covered(call.retry_exceptions, msg.returns):
+            return False
+        call.retries = left - 1 if left > 0 else left
+        self.resends.answered(msg.task_id)
+        self._carry(self._handle(Submit(rec.actor_id, call.task_id, True, call.retries)))
+        return True
 
     def _complete(self, call: Call, returns: list[m.Value]) -> None:
         objects = self.client.objects

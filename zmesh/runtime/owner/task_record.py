@@ -75,10 +75,15 @@ class Task(msgspec.Struct, eq=False, dict=True):
 
 def retryable(task: Task, msg: m.TaskResult) -> bool:
     """The result is an exception that the task's `retry_exceptions` covers."""
-    retry = task.retry_exceptions
+    return covered(task.retry_exceptions, msg.returns)
+
+
+def covered(retry: Any, returns: list[m.Value]) -> bool:
+    """The first of `returns` is an exception that `retry` (a task's or an actor call's
+    `retry_exceptions`: a bool or exception classes) says to retry."""
     if not retry:
         return False
-    first = msg.returns[0] if msg.returns else None
+    first = returns[0] if returns else None
     if first is None or not first.is_error:
         return False
     if retry is True:
