@@ -70,21 +70,44 @@ class _Pair:
 
 _pairs: OrderedDict[tuple[str, str], _Pair] = OrderedDict()  # least recently used first
 _pairs_lock = threading.Lock()
+_making: dict[tuple[str, str], threading.Event] = {}  # pairs being made, set once settled
 
 
 def _pair_for(address: str, backend: str) -> _Pair:
-    """The pair to the producer at `address` (made on first use; most recently used now)."""
+    """The pair to the producer at `address` (made on first use; most recently used now).
+
+    A pair is made outside `_pairs_lock` (a query, up to CONNECT_TIMEOUT_S for a dead
+    producer, then a rendezvous): under it, one thread pairing with a dead producer stalled
+    every other thread's fetch, from live producers too. Threads that want the same new pair
+    wait for the one making it (and try again themselves if that failed)."""
+    key = (address, backend)
+    while True:
+        with _pairs_lock:
+            pair = _pairs.get(key)
+            if pair is not None:
+                _pairs.move_to_end(key)
+                return pair
+            making = _making.get(key)
+            if making is None:
+                making = _making[key] = threading.Event()
+                break
+        making.wait()
+    try:
+        pair = _Pair(address, backend)
+    except BaseException:
+        with _pairs_lock:
+            del _making[key]
+        making.set()
+        raise
     with _pairs_lock:
-        pair = _pairs.get((address, backend))
-        if pair is not None:
-            _pairs.move_to_end((address, backend))
-            return pair
+        del _making[key]
         if len(_pairs) >= MAX_PAIRS:  # drop the least recently used one not in a transfer
             idle = next((k for k, v in _pairs.items() if not v.lock.locked()), None)
             if idle is not None:
                 del _pairs[idle]
-        pair = _pairs[(address, backend)] = _Pair(address, backend)
-        return pair
+        _pairs[key] = pair
+    making.set()
+    return pair
 
 
 def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str]],
