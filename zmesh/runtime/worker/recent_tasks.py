@@ -152,9 +152,16 @@ class CallReplies:
         return None
 
     def repeat(self, task_id: bytes) -> tuple[m.TaskResult | None, bool]:
-        """For a repeat of a released call: (its kept answer, whether it was forgotten)."""
+        """For a repeat of a released call: (its kept answer, whether it was forgotten).
+
+        A call running now has no answer yet, whatever is kept under its id: a call sent
+        again by `retry_exceptions` keeps its id, and the answer kept is its previous
+        attempt's exception (sent back for a repeat of the new attempt, the caller took it
+        for that attempt's answer)."""
         with self._lock:
+            if task_id in self._pending:
+                return None, False
             for result in reversed(self._replies):
                 if result.task_id == task_id:
                     return result, False
-            return None, task_id not in self._pending
+            return None, True
