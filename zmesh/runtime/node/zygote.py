@@ -66,16 +66,6 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
     from zmesh.protocol import codec
 
     codec.warm()  # the message decoder too: each worker would build its own on first recv
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        pass
-    # What is imported now stays shared with every fork: kept out of the collector's view, a
-    # worker's collections neither walk it nor write to its pages (copy-on-write), so each
-    # worker starts faster and holds fewer private pages. Frozen without a collection first:
-    # one walks every object imported (~10 ms, before the first worker can start) to free
-    # the few hundred cycles the imports left (~50 KB, shared by all the forks).
-    gc.freeze()
     sock = socket.socket(fileno=fd)
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
@@ -84,10 +74,19 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
     reader = RecordReader()
     children: set[int] = set()
     write_record(sock, {"op": "ready", "pid": os.getpid()})
+    # What many workers' user code needs but no worker's start does (numpy) is imported once
+    # the workers the node asks for at its start are forked: they start ~50 ms sooner, and
+    # import it themselves only if their tasks use it; the workers forked later inherit it.
+    extras_due = spawned = False
     while True:
         try:
-            readable, _, _ = select.select([sock.fileno(), rfd], [], [])
+            readable, _, _ = select.select([sock.fileno(), rfd], [], [],
+                                           0 if extras_due else None)
         except InterruptedError:
+            continue
+        if not readable and extras_due:  # the first workers are forked, nothing else waits
+            extras_due = False
+            _import_extras()
             continue
         if rfd in readable:
             os.read(rfd, 4096)
@@ -101,6 +100,8 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
                     pid = _spawn(sock, rfd, wfd, rec, node_address, session_dir)
                     children.add(pid)
                     write_record(sock, {"op": "spawned", "id": rec["id"], "pid": pid})
+                    if not spawned:  # the first of them: the extras' turn comes next
+                        spawned = extras_due = True
                 elif rec["op"] == "env":  # for every worker started from now on
                     os.environ.update(rec["env"])
                 elif rec["op"] == "kill" and rec["pid"] in children:
@@ -135,9 +136,22 @@ def _reap(sock: socket.socket, children: set[int]) -> None:
             return
 
 
+def _import_extras() -> None:
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+
+
 def _spawn(sock: socket.socket, rfd: int, wfd: int, rec: dict[str, Any], node_address: str,
            session_dir: str) -> int:
     me = os.getpid()
+    # What this process imported stays shared with every fork: kept out of the collector's
+    # view, a worker's collections neither walk it nor write to its pages (copy-on-write), so
+    # each worker starts faster and holds fewer private pages. Frozen (O(1)) without a
+    # collection first: one walks every object imported (~10 ms, before the first worker can
+    # start) to free the few hundred cycles the imports left (~50 KB, shared by the forks).
+    gc.freeze()
     pid = os.fork()
     if pid:
         return pid
