@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from zmesh.api import put as put
     from zmesh.api import remote as remote
     from zmesh.api import shutdown as shutdown
+    from zmesh.api import timeline as timeline
     from zmesh.api import wait as wait
     from zmesh.generators import ObjectRefGenerator as ObjectRefGenerator
     from zmesh.object_ref import ObjectRef as ObjectRef
@@ -60,6 +61,7 @@ _WHERE = {
     "put": "zmesh.api",
     "remote": "zmesh.api",
     "shutdown": "zmesh.api",
+    "timeline": "zmesh.api",
     "wait": "zmesh.api",
     "ObjectRef": "zmesh.object_ref",
     "ObjectRefGenerator": "zmesh.generators",
@@ -96,6 +98,7 @@ __all__ = [
     "remote",
     "remove_placement_group",
     "shutdown",
+    "timeline",
     "util",
     "wait",
 ]

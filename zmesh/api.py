@@ -398,3 +398,22 @@ def cluster_resources() -> dict[str, float]:
 def nodes() -> list[dict[str, Any]]:
     """One dict per node, as Ray's `ray.nodes()`."""
     return list(context.current_client().query("nodes"))
+
+
+def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
+    """The recent tasks and actor calls of the whole mesh as Chrome trace events, as Ray's
+    `ray.timeline()`: a list of events, or, given `filename`, written there as JSON (open it
+    at ui.perfetto.dev or chrome://tracing) and None returned. Each node keeps its last
+    20,000 spans; a worker reports the spans it finished about once a second."""
+    import json
+
+    from zmesh.runtime.ops_cli import trace_events
+
+    by_node = context.current_client().query("timeline_mesh")
+    spans = [span for rows in by_node.values() for span in rows]
+    events: list[dict[str, Any]] = trace_events(spans)["traceEvents"]
+    if filename is None:
+        return events
+    with open(filename, "w") as f:
+        json.dump(events, f)
+    return None

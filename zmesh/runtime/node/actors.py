@@ -447,11 +447,14 @@ class ActorManager:
         if what == "actors":
             # every node that knows an actor lists it; `hosted` marks the row of the node that
             # runs it, so that tools show each actor once
+            node_id = self.node.node_id
             return {e.spec.actor_id.hex(): {"class_name": e.spec.class_name, "state": e.state,
                                             "name": e.spec.name, "restarts": e.restarts,
                                             "hosted": not e.proxy and not e.remote,
                                             "namespace": e.spec.namespace,
-                                            "pid": e.worker.pid if e.worker else 0}
+                                            "pid": e.worker.pid if e.worker else 0,
+                                            "detached": e.spec.detached,
+                                            "running_on": node_id if e.worker else ""}
                     for e in self.actors.values()}
         raise KeyError(f"unknown query {what!r}")
 

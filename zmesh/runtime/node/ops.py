@@ -28,7 +28,7 @@ TIMELINE_MAX = 20_000
 LOG_ANSWER_LINES = 5_000
 
 #: the queries this module answers
-QUERIES = frozenset({"timeline", "logs"})
+QUERIES = frozenset({"timeline", "timeline_by_node", "logs"})
 #: most distinct names a counter keeps (a program making names on the fly stays bounded)
 MAX_NAMES = 1_000
 
@@ -106,6 +106,8 @@ class NodeOps:
                      "start": ev.start, "end": ev.end, "ok": ev.ok, "error": ev.error,
                      "node_id": self.node_id}
                     for pid, ev in self.timeline]
+        if what == "timeline_by_node":  # this node's part of the mesh-wide `timeline_mesh`
+            return {self.node_id: self.answer("timeline", arg, actor_pid)}
         if what == "logs":
             return self._logs(msgspec.msgpack.decode(arg) if arg else {}, actor_pid)
         raise KeyError(f"unknown query {what!r}")
