@@ -369,17 +369,21 @@ class ActorCaller:
             self._by_address[msg.address] = rec
             event = ActorAlive(msg.actor_id, msg.restarts, msg.address)
         elif msg.state == "dead":
-            rec.killing = False
             rec.error = self._death_value(rec, msg)
             if self.core.open_calls(msg.actor_id):
                 # Answers its worker sent before it died may still be on their way: they come
                 # on the worker's connection, this news on the node's, and neither order nor
                 # the ROUTER's fair queueing puts them first (a graceful exit's queued calls
                 # failed with ActorDiedError though they ran). Calls still out then fail.
+                # Meanwhile the actor counts as being killed: an "alive" that comes in this
+                # grace (this caller's kill still on its way to the actor's node) must not
+                # send the queued calls to the worker being killed.
+                rec.killing = True
                 dead = ActorDead(msg.actor_id, msg.reason)
                 self.client.loop.call_later(DEATH_GRACE_S,
                                             lambda: self._carry(self._handle(dead)))
                 return
+            rec.killing = False
             event = ActorDead(msg.actor_id, msg.reason)
         elif msg.state == "restarting":
             event = ActorRestarting(msg.actor_id, msg.reason)
