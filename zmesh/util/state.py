@@ -7,8 +7,9 @@ groups, and tasks. Rows are dicts that also read as attributes (`row.state` or
 (`[("state", "=", "ALIVE")]`, `=` or `!=`, strings compared case-insensitively) and `limit`.
 
 What is listed as a task: the tasks and actor calls that finished or failed recently (each
-node keeps its last 20,000, reported by its workers about once a second). Tasks still queued
-or running are not listed: their records live with their owners, not with the nodes.
+node keeps its last 20,000) and those running now, as the workers report them about once a
+second (a task shorter than that may appear only once it ended). Tasks still queued are not
+listed: their records live with their owners, not with the nodes.
 """
 
 from __future__ import annotations
@@ -195,10 +196,12 @@ def get_placement_group(id: str, address: str | None = None, timeout: int = 30,
 
 # -- tasks ----------------------------------------------------------------------------------
 def _task_rows() -> list[StateRow]:
-    by_node = context.current_client().query("timeline_mesh")
+    by_node = context.current_client().query("tasks_mesh")
     rows = []
-    for node_id, spans in sorted(by_node.items()):
-        for s in spans:
+    for node_id, part in sorted(by_node.items()):
+        ended = set()
+        for s in part["done"]:
+            ended.add(s["task_id"])
             error = s.get("error") or ""
             rows.append(StateRow({
                 "task_id": s["task_id"], "name": s["name"], "func_or_class_name": s["name"],
@@ -208,6 +211,15 @@ def _task_rows() -> list[StateRow]:
                 "start_time_ms": int(s["start"] * 1000), "end_time_ms": int(s["end"] * 1000),
                 "error_type": error.split(":", 1)[0] if error else None,
                 "error_message": error or None}))
+        for s in part["running"]:
+            if s["task_id"] in ended:  # (it ended between the worker's two reports)
+                continue
+            rows.append(StateRow({
+                "task_id": s["task_id"], "name": s["name"], "func_or_class_name": s["name"],
+                "state": "RUNNING", "type": _TASK_TYPES.get(s["kind"], str(s["kind"]).upper()),
+                "node_id": node_id, "worker_pid": s["pid"],
+                "start_time_ms": int(s["start"] * 1000), "end_time_ms": None,
+                "error_type": None, "error_message": None}))
     rows.sort(key=lambda r: r["start_time_ms"])
     return rows
 
@@ -216,10 +228,10 @@ def list_tasks(address: str | None = None, filters: list[Filter] | None = None,
                limit: int = DEFAULT_LIMIT, timeout: int = 30, detail: bool = False,
                raise_on_missing_output: bool = True, _explain: bool = False
                ) -> list[StateRow]:
-    """Tasks and actor calls that finished (FINISHED) or failed (FAILED) recently, oldest
-    first: task_id, name, type (NORMAL_TASK, ACTOR_TASK, ACTOR_CREATION_TASK), node_id,
-    worker_pid, start/end_time_ms, error_type and error_message. Queued and running work
-    is not listed (see the module's docstring)."""
+    """Tasks and actor calls that run now (RUNNING), finished (FINISHED) or failed (FAILED)
+    recently, oldest first: task_id, name, type (NORMAL_TASK, ACTOR_TASK,
+    ACTOR_CREATION_TASK), node_id, worker_pid, start/end_time_ms, error_type and
+    error_message. Queued work is not listed (see the module's docstring)."""
     return _select(_task_rows(), filters, _check_limit(limit), "tasks")
 
 

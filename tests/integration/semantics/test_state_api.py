@@ -15,7 +15,8 @@ from zmesh.util import state
 
 
 def _finished(name: str, n: int = 1) -> bool:
-    return len(state.list_tasks(filters=[("name", "=", name)], limit=1000)) >= n
+    return len(state.list_tasks(filters=[("name", "=", name), ("state", "!=", "RUNNING")],
+                                limit=1000)) >= n
 
 
 def test_list_tasks_shows_finished_and_failed_tasks(ray):
@@ -33,7 +34,8 @@ def test_list_tasks_shows_finished_and_failed_tasks(ray):
         ray.get(bad.remote(), timeout=30)
     assert wait_until(lambda: _finished("good") and _finished("bad"), timeout=30)
 
-    failed = state.list_tasks(filters=[("state", "=", "FAILED")])
+    failed = [r for r in state.list_tasks(filters=[("state", "=", "FAILED")], limit=1000)
+              if r.name in ("good", "bad")]  # (the mesh is shared with other tests)
     assert [r.name for r in failed] == ["bad"]
     assert failed[0].error_type == "ValueError"
     assert "broken on purpose" in failed[0].error_message
@@ -50,6 +52,41 @@ def test_list_tasks_shows_finished_and_failed_tasks(ray):
     assert summary["bad"]["state_counts"] == {"FAILED": 1}
 
 
+def test_a_running_task_is_listed_as_running_until_it_ends(ray):
+    @ray.remote(num_cpus=0, max_concurrency=4)
+    class Gate:
+        def __init__(self):
+            import threading
+
+            self.open_ = threading.Event()
+
+        def wait(self):
+            return self.open_.wait(120)
+
+        def open(self):
+            self.open_.set()
+
+    gate = Gate.remote()
+
+    @ray.remote
+    def held(g):
+        return ray.get(g.wait.remote())
+
+    ref = held.remote(gate)
+
+    def running(name):
+        return state.list_tasks(filters=[("name", "=", name), ("state", "=", "RUNNING")])
+
+    assert wait_until(lambda: running("held") and running("Gate.wait"), timeout=30)
+    row = running("held")[0]
+    assert row.task_id == ref.task_id().hex() and row.end_time_ms is None
+    assert row.type == "NORMAL_TASK" and running("Gate.wait")[0].type == "ACTOR_TASK"
+    ray.get(gate.open.remote(), timeout=30)
+    assert ray.get(ref, timeout=30) is True
+    assert wait_until(lambda: not running("held") and _finished("held"), timeout=30)
+    assert state.get_task(ref.task_id().hex()).state == "FINISHED"
+
+
 def test_actor_calls_are_tasks_of_their_own_type(ray):
     @ray.remote
     class Echo:
@@ -58,10 +95,9 @@ def test_actor_calls_are_tasks_of_their_own_type(ray):
 
     e = Echo.remote()
     assert ray.get([e.echo.remote(i) for i in range(3)], timeout=30) == [0, 1, 2]
-    assert wait_until(lambda: len(state.list_tasks(
-        filters=[("type", "=", "ACTOR_TASK")], limit=1000)) >= 3, timeout=30)
-    calls = state.list_tasks(filters=[("type", "=", "ACTOR_TASK")])
-    assert {r.name for r in calls} == {"Echo.echo"}
+    assert wait_until(lambda: _finished("Echo.echo", 3), timeout=30)
+    calls = state.list_tasks(filters=[("name", "=", "Echo.echo")])
+    assert len(calls) == 3 and {r.type for r in calls} == {"ACTOR_TASK"}
 
 
 def test_timeline_returns_chrome_trace_events_or_writes_them(ray, tmp_path):

@@ -20,10 +20,12 @@ class TaskEvent(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 class TaskEvents(Message, tag=200):
-    """A batch of finished tasks from one worker; its node keeps the recent ones."""
+    """A batch of finished tasks from one worker; its node keeps the recent ones. `running`:
+    what the worker runs now (their `end` is 0), replacing what it said before."""
 
     pid: int
     events: list[TaskEvent] = []
+    running: list[TaskEvent] = []
 
 
 class UserMetrics(Message, tag=201):

@@ -2,8 +2,8 @@
 its own table (`placement_groups_local`) and merges the rows, so `placement_group_table()`
 lists every group whichever node it was created through (Ray's GCS holds them all);
 `actors_mesh` does the same with each node's `actors` table (`zmesh.util.state`), and
-`timeline_mesh` with each node's recent task spans keyed by its node id (`zmesh.timeline`,
-`zmesh.util.state.list_tasks`).
+`timeline_mesh` with each node's recent task spans keyed by its node id (`zmesh.timeline`),
+and `tasks_mesh` with those and what each node's workers run now (`zmesh.util.state`).
 
 A peer that does not answer within PEER_TIMEOUT_S is left out rather than holding the caller.
 """
@@ -27,7 +27,7 @@ PEER_TIMEOUT_S = 3.0
 """How long a mesh-wide query waits for each peer's part."""
 
 MESH_QUERIES = {"placement_groups": "placement_groups_local", "actors_mesh": "actors",
-                "timeline_mesh": "timeline_by_node"}
+                "timeline_mesh": "timeline_by_node", "tasks_mesh": "tasks_by_node"}
 """Mesh-wide query -> the query each node answers for its own part."""
 
 

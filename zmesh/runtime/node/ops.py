@@ -28,7 +28,7 @@ TIMELINE_MAX = 20_000
 LOG_ANSWER_LINES = 5_000
 
 #: the queries this module answers
-QUERIES = frozenset({"timeline", "timeline_by_node", "logs"})
+QUERIES = frozenset({"timeline", "timeline_by_node", "tasks_by_node", "logs"})
 #: most distinct names a counter keeps (a program making names on the fly stays bounded)
 MAX_NAMES = 1_000
 
@@ -49,14 +49,24 @@ class NodeOps:
         self.failed: dict[tuple[str, str], int] = {}
         self.membership_events: dict[str, int] = {}
         self.user_metrics: dict[int, bytes] = {}  # worker pid -> its latest records
+        self.running: dict[int, list[TaskEvent]] = {}  # worker pid -> what it last said runs
 
     # -- what workers send -------------------------------------------------------------------
     def on_task_events(self, sender: str, msg: TaskEvents, bufs: list[Any]) -> None:
         # every task a worker runs comes through here: the loops are C's (zip, map, Counter)
         events = msg.events
+        if msg.running:
+            if msg.pid in self.running or len(self.running) < MAX_NAMES:
+                self.running[msg.pid] = msg.running
+        else:
+            self.running.pop(msg.pid, None)
         self.timeline.extend(zip(repeat(msg.pid), events))
         for (ok, kind, name), n in Counter(map(_OUTCOME, events)).items():
             _bump(self.finished if ok else self.failed, (kind, name), n)
+
+    def worker_gone(self, pid: int) -> None:
+        """A worker exited: it runs nothing any more."""
+        self.running.pop(pid, None)
 
     def on_user_metrics(self, sender: str, msg: UserMetrics, bufs: list[Any]) -> None:
         if msg.pid in self.user_metrics or len(self.user_metrics) < MAX_NAMES:
@@ -108,6 +118,12 @@ class NodeOps:
                     for pid, ev in self.timeline]
         if what == "timeline_by_node":  # this node's part of the mesh-wide `timeline_mesh`
             return {self.node_id: self.answer("timeline", arg, actor_pid)}
+        if what == "tasks_by_node":  # this node's part of `tasks_mesh`: ended and running
+            return {self.node_id: {
+                "done": self.answer("timeline", arg, actor_pid),
+                "running": [{"pid": pid, "task_id": ev.task_id.hex(), "name": ev.name,
+                             "kind": ev.kind, "start": ev.start}
+                            for pid, running in self.running.items() for ev in running]}}
         if what == "logs":
             return self._logs(msgspec.msgpack.decode(arg) if arg else {}, actor_pid)
         raise KeyError(f"unknown query {what!r}")

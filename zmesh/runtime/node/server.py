@@ -336,6 +336,7 @@ class Node:
         self.loop.send(owner, m.DriverWarning(text=text, subject=subject))
 
     def _worker_exited(self, pid: int, status: int) -> None:
+        self.ops.worker_gone(pid)
         info = self.pool.by_pid.pop(pid, None)
         if info is None:
             return

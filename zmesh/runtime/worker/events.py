@@ -16,6 +16,8 @@ from zmesh.protocol.messages.ops import TaskEvent
 MAX_PENDING = 10_000
 #: an error's text is cut to this length in the timeline
 MAX_ERROR_CHARS = 500
+#: running tasks a worker reports at most (an async actor may run thousands of calls)
+MAX_RUNNING = 1_000
 
 
 class EventRecorder:
@@ -45,6 +47,12 @@ class EventRecorder:
             self._errors.text = ""
         name, kind, start = began
         self._done.append(TaskEvent(task_id, name, kind, start, time.time(), ok, error))
+
+    def running(self, most: int = MAX_RUNNING) -> list[TaskEvent]:
+        """What runs now (at most `most`), as spans that have not ended (`end` 0)."""
+        now = list(self._started.items())  # (one C call: no thread changes it meanwhile)
+        return [TaskEvent(task_id, name, kind, start, 0.0)
+                for task_id, (name, kind, start) in now[:most]]
 
     def drain(self) -> list[TaskEvent]:
         """The spans finished since the last drain."""

@@ -50,10 +50,15 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
 
     client.loop.call_later(PARENT_CHECK_S, check_parent)
 
-    def ship_events() -> None:  # finished task spans, for `zmesh timeline`
+    said_running = [False]
+
+    def ship_events() -> None:  # finished and running task spans: `zmesh timeline`, state API
         done = events.recorder.drain()
-        if done:
-            client.loop.send(client.node_address, TaskEvents(pid=os.getpid(), events=done))
+        running = events.recorder.running()
+        if done or running or said_running[0]:  # (an idle worker sends nothing)
+            client.loop.send(client.node_address, TaskEvents(pid=os.getpid(), events=done,
+                                                             running=running))
+            said_running[0] = bool(running)
         user = sys.modules.get("zmesh.util.metrics")  # only if user code defined metrics
         if user is not None and user.defined():
             client.loop.send(client.node_address, UserMetrics(
