@@ -358,6 +358,7 @@ class ActorCall(Message, tag=52):
     num_returns: int = 1
     backpressure: int = 0  # a streaming generator pauses with this many items unconsumed
     concurrency_group: str = ""  # "": the method's own group, else the default group
+    attempt: int = 0  # retry_exceptions sends a call again under its id: its answer names this
 
 
 class CancelTask(Message, tag=53):

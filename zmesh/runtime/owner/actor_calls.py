@@ -71,6 +71,7 @@ class Call(msgspec.Struct, eq=False):
     parent: bytes = b""  # the task that made the call (cancel(recursive=True) follows it)
     retries: int | None = None  # the method's or call's max_task_retries (None: the actor's)
     retry_exceptions: Any = False  # the exceptions that send it again (True: any)
+    attempt: int = 0  # sent again by retry_exceptions: only this attempt's answer counts
 
 
 class ActorRecord(msgspec.Struct, eq=False, dict=True):
@@ -152,7 +153,7 @@ class ActorCaller:
         return m.ActorCall(actor_id=call.rec.actor_id, caller=self.client.address, seq=seq,
                            task_id=call.task_id, method=call.method, args=call.args,
                            num_returns=call.num_returns, backpressure=call.backpressure,
-                           concurrency_group=call.group)
+                           concurrency_group=call.group, attempt=call.attempt)
 
     # -- user threads ----------------------------------------------------------------------
     def track(self, actor_id: bytes, class_name: str, max_task_retries: int = 0,
@@ -414,8 +415,8 @@ class ActorCaller:
 
     def on_result(self, sender: str, msg: m.TaskResult) -> None:
         call = self.calls.get(msg.task_id)
-        if call is None or sender not in self._by_address:
-            return
+        if call is None or sender not in self._by_address or msg.attempt != call.attempt:
+            return  # (an answer of an earlier attempt, late: the call went again meanwhile)
         # Without the lock: Completed touches only this call's entries, which no user
         # thread's event touches (a call is answered only once it was sent), and every
         # other loop-thread event runs on this thread. A user thread holding the lock when
@@ -443,6 +444,7 @@ class ActorCaller:
         if left == 0 or rec.killing or not covered(call.retry_exceptions, msg.returns):
             return False
         call.retries = left - 1 if left > 0 else left
+        call.attempt += 1  # an answer of this attempt that comes late is not the next one's
         self.resends.answered(msg.task_id)
         self._carry(self._handle(Submit(rec.actor_id, call.task_id, True, call.retries)))
         return True

@@ -387,13 +387,14 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001
             self.running = b""
             returns = [error_value(name, exc, self.pid)] * max(call.num_returns, 1)
-        self._reply(call.caller, call.task_id, returns, refs)
+        self._reply(call.caller, call.task_id, returns, refs, call.attempt)
 
     def _reject(self, call: m.ActorCall, exc: BaseException) -> None:
         """Answer a call with an error instead of running it (an unknown concurrency group, a
         cancel before it ran, an answer no longer kept)."""
         error = error_value(self._method_name(call), exc, self.pid)
-        self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [])
+        self._reply(call.caller, call.task_id, [error] * max(call.num_returns, 1), [],
+                    call.attempt)
 
     def _method_name(self, call: m.ActorCall) -> str:
         name = self._names.get(call.method)  # (one string per method, not one per call)
@@ -489,7 +490,7 @@ class Executor:
                 return
             except BaseException as exc:  # noqa: BLE001
                 returns = [error_value(name, exc, self.pid)] * max(call.num_returns, 1)
-        self._reply(call.caller, call.task_id, returns, refs)
+        self._reply(call.caller, call.task_id, returns, refs, call.attempt)
 
     def _exit_actor(self, why: str) -> None:
         """A graceful exit: the user's atexit handlers run, then the node is told that the
