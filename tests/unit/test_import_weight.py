@@ -17,3 +17,18 @@ def test_import_zmesh_leaves_the_runtime_client_and_zmq_out() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert json.loads(out.stdout) == []
+
+
+def test_a_driver_starts_its_node_before_it_imports_zmq() -> None:
+    """init() makes its credentials and starts its node process first: everything before that
+    holds the node back, so zmq (imported meanwhile, by the client) is not among it."""
+    code = ("import json, sys, zmesh\n"
+            "from zmesh.runtime.launcher import new_session_dir, start_node\n"
+            "from zmesh.security.keys import process_credentials\n"
+            "creds = process_credentials(); creds.token\n"
+            "before = 'zmq' in sys.modules\n"
+            "public = creds.curve_public  # worked out on first use\n"
+            "print(json.dumps([before, 'zmq' in sys.modules, len(public)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert json.loads(out.stdout) == [False, True, 40]

@@ -322,3 +322,17 @@ def test_workers_draw_different_numpy_random_numbers(ray):
     draws = ray.get([a.draw.remote() for a in actors], timeout=60)
     assert len({pid for pid, _ in draws}) == 4
     assert len({x for _, x in draws}) == 4, draws
+
+
+def test_a_worker_keeps_no_signal_disposition_of_its_fork_server(ray):
+    """The fork server ignores its stop signal outside its numpy import; the workers it forks
+    get the default disposition back (a user's SIGUSR2 handler or kill works as anywhere)."""
+    import signal
+
+    from zmesh.runtime.node.zygote import STOP_SIGNAL
+
+    @ray.remote
+    def disposition():
+        return [signal.getsignal(s) == signal.SIG_DFL for s in (STOP_SIGNAL, signal.SIGCHLD)]
+
+    assert ray.get(disposition.remote()) == [True, True]

@@ -136,6 +136,10 @@ class WorkerPool:
         except OSError:
             pass
         self._sock.close()
+        try:  # our child, not yet reaped: its pid cannot have been reused
+            os.kill(self.zygote_pid, zygote.STOP_SIGNAL)
+        except ProcessLookupError:
+            pass
         if not _wait_exit(self.zygote_pid, 10.0):
             try:
                 os.kill(self.zygote_pid, signal.SIGKILL)
