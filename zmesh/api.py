@@ -7,7 +7,7 @@ import inspect
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zmesh.actor import ActorClass, ActorHandle, named_actor_handle
 from zmesh.errors import ZmeshError
@@ -16,6 +16,9 @@ from zmesh.options import validate_namespace
 from zmesh.protocol.messages import runtime as m
 from zmesh.remote_function import RemoteFunction
 from zmesh.runtime import context
+
+if TYPE_CHECKING:
+    from zmesh.runtime.owner.client import CoreClient
 
 _lock = threading.Lock()
 _auto_lock = threading.Lock()  # taken before `_lock`, never while holding it
@@ -57,22 +60,33 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         address = address or os.environ.get("ZMESH_ADDRESS") or (
             os.environ.get("RAY_ADDRESS") if compat.is_installed() else None) or None
         proc = session_dir = None
+        made: list[CoreClient] = []  # the client, made while the node starts
         if address in (None, "local"):
-            from zmesh.runtime.launcher import start_node
+            from zmesh.runtime.launcher import new_session_dir, node_ipc_address, start_node
 
-            proc, node_address, session_dir = start_node(
-                num_cpus=float(os.cpu_count() or 1) if num_cpus is None else float(num_cpus),
-                num_gpus=float(num_gpus or 0), resources=dict(resources or {}),
-                object_store_memory=int(object_store_memory or 0),
-                while_starting=_import_client)
+            session_dir = new_session_dir()
+            try:
+                proc, node_address, session_dir = start_node(
+                    num_cpus=float(os.cpu_count() or 1) if num_cpus is None else float(num_cpus),
+                    num_gpus=float(num_gpus or 0), resources=dict(resources or {}),
+                    object_store_memory=int(object_store_memory or 0), session_dir=session_dir,
+                    while_starting=lambda: made.append(_make_client(
+                        node_ipc_address(session_dir or ""), session_dir or "", log_to_driver)))
+            except BaseException:
+                for early in made:
+                    early.close()
+                raise
         else:
             node_address, session_dir = _resolve_address(address)
             _authenticate(address, node_address, token)
-        from zmesh.runtime.owner.client import CoreClient
-
         client = None
         try:
-            client = CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
+            if made and made[0].node_address == node_address:
+                client = made.pop()
+            for early in made:  # the node took another address than foreseen (never so far)
+                early.close()
+            if client is None:
+                client = _make_client(node_address, session_dir, log_to_driver)
             client.namespace = namespace or "default"
             client.default_env = dict((runtime_env or {}).get("env_vars") or {})
             if compat.is_installed():  # workers of a node started elsewhere learn it per task
@@ -102,10 +116,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         return dict(_state["info"])
 
 
-def _import_client() -> None:
-    """Import the runtime's client (`import zmesh` leaves it out: a program that never calls
-    init() does not pay for it); init() does it while its node process starts."""
-    import zmesh.runtime.owner.client  # noqa: F401
+def _make_client(node_address: str, session_dir: str, log_to_driver: bool) -> CoreClient:
+    """The driver's client, not yet connected. `import zmesh` leaves the runtime's client
+    out (a program that never calls init() does not pay for it): init() imports and makes it
+    while its node process starts."""
+    from zmesh.runtime.owner.client import CoreClient
+
+    return CoreClient(node_address, session_dir, "driver", log_to_driver=log_to_driver)
 
 
 def _auto_init() -> None:

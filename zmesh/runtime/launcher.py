@@ -73,16 +73,22 @@ def sweep_dead_sessions(root: str, *, min_age_s: float = 30.0) -> list[str]:
     return removed
 
 
+def node_ipc_address(session_dir: str) -> str:
+    """Where the node of a private session takes its local clients (it binds it itself)."""
+    return f"ipc://{os.path.join(session_dir, 'node.sock')}"
+
+
 def start_node(*, num_cpus: float, num_gpus: float, resources: dict[str, float],
                object_store_memory: int, env_vars: dict[str, str] | None = None,
                while_starting: Callable[[], object] | None = None,
+               session_dir: str | None = None,
                ) -> tuple[subprocess.Popen[bytes], str, str]:
     """Start a node process; returns (process, node address, session dir) once it is bound.
 
     The node process starts first; the sweep of dead sessions and `while_starting` (the
-    driver imports its client) run while it starts, not before. If either raises, the node
-    is stopped."""
-    session_dir = new_session_dir()
+    driver makes its client) run while it starts, not before. If either raises, the node
+    is stopped. `session_dir`: one from `new_session_dir` (default: a new one)."""
+    session_dir = session_dir or new_session_dir()
     env = dict(os.environ)
     env.update(env_vars or {})
     creds = process_credentials()  # the private mesh's: this process's own

@@ -282,3 +282,17 @@ def test_threads_that_start_the_runtime_together_announce_it_once():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
     assert out.stderr.count("zmesh.init() was called automatically") == 1, out.stderr
+
+
+def test_init_whose_node_fails_to_start_closes_the_client_it_made_meanwhile(no_zmesh_leaks):
+    """init() makes its client while its node starts: a node that fails leaves neither a
+    runtime nor that client's socket and zmq context behind."""
+    import zmesh.runtime.owner.client  # noqa: F401  (imported before counting fds)
+    from zmesh.errors import ZmeshError
+
+    me = psutil.Process()
+    fds = me.num_fds()
+    with pytest.raises(ZmeshError, match="failed to start"):
+        zmesh.init(num_cpus=1, resources={"disk": "a lot"})  # the node refuses the resources
+    assert not zmesh.is_initialized()
+    assert me.num_fds() == fds
