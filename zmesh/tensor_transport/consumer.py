@@ -40,11 +40,11 @@ class _Pair:
             timeout=CONNECT_TIMEOUT_S, to=address)
         if reply.error:
             raise TensorTransportError(reply.error)
-        # lanes, taken in turn by transfers: a lane's group for the tensors (and statuses)
-        # and its group for the requests (gloo: two lanes of two groups, see
-        # producer.KeptTensors._serve; NCCL: one lane, one group for both)
+        # groups for the tensors (and statuses) and for the requests, taken in turn:
+        # transfer t uses datas[t % len(datas)] and asks[t % len(asks)] (gloo: two and
+        # three, see producer.KeptTensors._serve; NCCL: one group for both)
         self.datas, self.asks = p.pair_groups(self.pair_id, 1, backend)
-        self.turn = 0  # the lane of the next transfer
+        self.transfers = 0  # transfers begun on this pair
         self.fresh = True  # the rendezvous keys are deleted after the first exchange
         self.lock = threading.Lock()  # one transfer at a time: it guards the buffers below
         import torch
@@ -58,6 +58,16 @@ class _Pair:
                        for _ in self.datas]  # one per lane
         self.status_host = [s.numpy() for s in self.status] if self.ctl == "cpu" else []
         self.gone_watch: list[Any] = [None] * len(self.datas)  # gloo, per lane
+        self.spent: list[Any] = []  # the last transfer's works, dropped in the next one
+
+    def drop_spent(self) -> None:
+        """Let the last transfer's works go (under `lock`), in the next transfer once its
+        request is out (the producer is answering meanwhile). Not at the end of their own:
+        gloo's loop thread wakes the waiter from inside its read and only then lets go of
+        the receive's buffer, and dropping a work whose buffer it still holds spins in
+        sched_yield until it does (on 2 busy cores the waiter, just woken, has usually
+        preempted it): 9-13% of the consumer thread's time per 1 MB transfer."""
+        self.spent = []
 
     def watch_for_gone(self, lane: int) -> None:
         """gloo: (re)post the lane's receive that only a "gone" answer fills. It stays
@@ -67,6 +77,12 @@ class _Pair:
         self.status_host[lane][0] = p.STATUS_OK
         self.gone_watch[lane] = self.datas[lane].recv([self.status[lane]], 0, p.TAG_STATUS)
 
+
+KEEP_WORKS_BYTES = 8 << 20
+"""A transfer up to this size keeps its works (and with them its tensors' memory, after the
+caller let them go) until the pair's next transfer or `empty_cache()`, so that dropping them
+never waits on gloo's loop thread (see _Pair.drop_spent); past it that wait is noise beside
+the data (8 MB take ~3 ms here)."""
 
 _pairs: OrderedDict[tuple[str, str], _Pair] = OrderedDict()  # least recently used first
 _pairs_lock = threading.Lock()
@@ -133,9 +149,11 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
         if more is not None:
             more = more.to(pair.ctl)
         with pair.lock:
-            lane = pair.turn
-            pair.turn = (lane + 1) % len(pair.datas)
-            pg, ask, status = pair.datas[lane], pair.asks[lane], pair.status[lane]
+            transfer = pair.transfers
+            pair.transfers += 1
+            lane = transfer % len(pair.datas)  # the tensors' group, its status's slot
+            pg, ask, status = pair.datas[lane], pair.asks[transfer % len(pair.asks)], \
+                pair.status[lane]
             p.encode_request(pair.request_host, key, sizes)
             request = pair.request_sent
             if request is not pair.request:
@@ -155,12 +173,15 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
                     pair.watch_for_gone(lane)
                 out, works = _post(pg, metas, dtypes, device)
                 sent = _ask(ask, request, more)
+            pair.drop_spent()  # while the producer answers
             # the producer sends (the status, then) the tensors in order, over one
             # connection: waiting for the last receive first wakes this thread once
             for work in reversed(works):
                 work.wait()
             for work in sent:
                 work.wait()
+            if sum(sizes) <= KEEP_WORKS_BYTES:
+                pair.spent = works  # see _Pair.drop_spent (they hold the received tensors)
             if pair.fresh:
                 pair.fresh = False
                 _forget(pair.pair_id)
@@ -216,6 +237,19 @@ def _empty(shape: list[int], dtype: Any, device: str) -> Any:
     if device == "cpu":
         return POOL.empty(shape, dtype)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def drop_idle_spent() -> None:
+    """Let every idle pair's last works go (`empty_cache()`: their tensors' blocks, once
+    the caller let those go, come back to the pool and are released with it)."""
+    with _pairs_lock:
+        pairs = list(_pairs.values())
+    for pair in pairs:
+        if pair.lock.acquire(blocking=False):
+            try:
+                pair.drop_spent()
+            finally:
+                pair.lock.release()
 
 
 def _forget(pair_id: str) -> None:

@@ -4,7 +4,7 @@ that lent it are gone.
 A fresh multi-megabyte buffer costs a page fault per 4 KB page on first touch (the kernel
 zeroes each page): receiving 256 MB into new memory takes about twice as long as into memory
 touched before. So the consumer receives large host tensors into blocks it keeps: each
-tensor handed out is a view of a block, and a finalizer on that view gives the block back
+tensor handed out is a view of a block, and a weakref callback on that view gives the block back
 only when no tensor (nor any view or storage of it) refers to the memory any more, so a
 tensor the user holds is never overwritten. Free blocks are kept up to `cap_bytes` (the
 environment's ZMESH_TENSOR_POOL_BYTES, default 1 GiB; 0 turns pooling off; the least
@@ -19,9 +19,23 @@ import threading
 import weakref
 from typing import Any
 
+import numpy as np
+
 POOL_MIN_BYTES = 1 << 20  # smaller tensors come warm from malloc's heap
 PAGE = 4096
 DEFAULT_CAP_BYTES = 1 << 30
+
+
+def _numpy_dtypes() -> dict[Any, Any]:
+    """torch dtype -> the numpy dtype of the same layout, for those numpy has."""
+    import torch
+
+    return {getattr(torch, name): np.dtype(name) for name in (
+        "float16", "float32", "float64", "complex64", "complex128", "bool", "uint8", "int8",
+        "int16", "int32", "int64", "uint16", "uint32", "uint64") if hasattr(torch, name)}
+
+
+_NUMPY_DTYPES: dict[Any, Any] = {}
 
 
 def _cap_from_env() -> int:
@@ -43,11 +57,15 @@ class RecvPool:
         self._free: list[Any] = []  # free blocks, the least recently returned first
         self.free_bytes = 0
         self.reused = 0
+        # a loan's watch (a weakref to its ndarray, kept here) -> (the watch, its block)
+        self._loans: dict[int, tuple[weakref.ref[Any], Any]] = {}
 
     def empty(self, shape: list[int], dtype: Any) -> Any:
         """An uninitialized CPU tensor of `shape` and `dtype`, in a warm block when large."""
         import torch
 
+        if not _NUMPY_DTYPES:
+            _NUMPY_DTYPES.update(_numpy_dtypes())
         numel = 1
         for d in shape:
             numel *= d
@@ -57,12 +75,26 @@ class RecvPool:
         size = -(-nbytes // PAGE) * PAGE
         block = self._take(size)
         if block is None:
-            import numpy as np
-
             block = np.empty(size, dtype=np.uint8)
-        view = block[:nbytes]  # a new ndarray per loan; the tensor's storage holds it
-        weakref.finalize(view, self._give_back, block).atexit = False  # nothing to do then
-        return torch.from_numpy(view).view(dtype).view(shape)
+        # a new ndarray per loan, over the block; the tensor's storage holds it, so it dies
+        # (and the block comes back) only when no tensor or view uses the memory any more
+        as_numpy = _NUMPY_DTYPES.get(dtype)
+        if as_numpy is not None:
+            loan = np.ndarray(shape, as_numpy, block)
+            tensor = torch.from_numpy(loan)
+        else:  # a dtype numpy lacks (bfloat16, float8 ...): bytes, viewed as it
+            loan = block[:nbytes]
+            tensor = torch.from_numpy(loan).view(dtype).view(shape)
+        watch = weakref.ref(loan, self._returned)
+        with self._lock:
+            self._loans[id(watch)] = (watch, block)
+        return tensor
+
+    def _returned(self, watch: weakref.ref[Any]) -> None:
+        with self._lock:
+            _watch, block = self._loans.pop(id(watch), (None, None))
+        if block is not None:
+            self._give_back(block)
 
     def _take(self, size: int) -> Any:
         with self._lock:
@@ -100,4 +132,9 @@ POOL = RecvPool(_cap_from_env())
 
 def empty_cache() -> int:
     """Release the warm receive blocks no tensor uses now (bytes released)."""
+    import sys
+
+    consumer = sys.modules.get("zmesh.tensor_transport.consumer")
+    if consumer is not None:  # the last transfers' works may still hold blocks
+        consumer.drop_idle_spent()
     return POOL.clear()

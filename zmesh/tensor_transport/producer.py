@@ -33,7 +33,9 @@ INLINE_SIZES = 16  # sizes of up to this many tensors ride in the request itself
 REQUEST_BYTES = KEY_BYTES + 8 * (1 + INLINE_SIZES)  # key, count, sizes in bytes
 MAX_TENSORS = 1 << 20
 TAG_REQUEST, TAG_STATUS, TAG_SIZES, TAG_FIRST_TENSOR = 0, 1, 2, 3
-GLOO_PARTS = ("", "data1/", "ask0/", "ask1/")  # gloo: two lanes (see KeptTensors._serve)
+GLOO_DATAS = ("", "data1/")  # gloo: the tensors' groups, and the requests' (see _serve)
+GLOO_ASKS = ("ask0/", "ask1/", "ask2/")
+GLOO_PARTS = GLOO_DATAS + GLOO_ASKS
 STATUS_OK, STATUS_GONE = 1, 0
 
 
@@ -109,6 +111,9 @@ class KeptTensors:
             return
         ctl = control_device(backend)  # nccl moves CUDA tensors only, control ones too
         requests = [torch.empty(REQUEST_BYTES, dtype=torch.uint8, device=ctl) for _ in asks]
+        # where a request is read: the buffer itself on the host (copied out before its
+        # receive is posted again), a host copy for nccl
+        readable = [r.numpy() for r in requests] if ctl == "cpu" else None
         answers = {ok: torch.full((1,), ok, dtype=torch.int64, device=ctl)
                    for ok in (STATUS_OK, STATUS_GONE)}
         # gloo's loop thread only *tries* a pair's lock, and spins on epoll_wait while a
@@ -117,36 +122,38 @@ class KeptTensors:
         # Measured with one group per pair: ~1,000 epoll_wait calls and ~0.7 ms of loop CPU
         # per 1 MB transfer; with one more group for requests, still 100-450 calls on the
         # request pair or on the tensors' pair. So (gloo) a transfer's request and tensors
-        # go over two groups, and transfers take two such lanes in turn: each side writes
-        # the next message on a pair the other is not writing on. A lane's next request
-        # receive is posted once the *next* request came in on the other lane (the
-        # consumer's thread is then long out of its call there). NCCL: one group for all;
-        # the next request's receive after the sends, as one CUDA stream runs a pair's
-        # operations in order (a receive ahead of them would wait for the next request)
+        # go over two groups, and transfer t takes tensors' group t % 2 and requests' group
+        # t % 3: each side writes the next message on a pair the other is not writing on.
+        # A request group's next receive is posted once a request came in on the group
+        # after it (the consumer's thread is then long out of its call there), after that
+        # transfer's sends: with three request groups it is for the request after the next
+        # one, so it is off the path from a request to its tensors, and it is in place
+        # before the consumer can ask there (two groups needed it before the sends).
+        # NCCL: one group for all; the next request's receive after the sends, as one CUDA
+        # stream runs a pair's operations in order (a receive ahead of them would wait for
+        # the next request)
         status_always = backend == "nccl"  # gloo: a status only says "gone" (see above)
         asking = [a.recv([r], 1, TAG_REQUEST) for a, r in zip(asks, requests)]
         spent = [False] * len(asks)  # a request group whose receive was read, not reposted
-        turn = 0
+        transfer = 0
         while True:
             try:
-                pg, ask, request = datas[turn], asks[turn], requests[turn]
+                lane = transfer % len(asks)
+                pg, ask, request = datas[transfer % len(datas)], asks[lane], requests[lane]
                 if status_always:
-                    asking[turn].wait()  # nccl: a timeout here would make torch poll the work
+                    asking[lane].wait()  # nccl: a timeout here would make torch poll the work
                 else:
-                    asking[turn].wait(IDLE_WAIT)
-                raw = bytes(request.cpu().numpy())  # a copy: its buffer takes the next one
-                key, count, sizes = decode_request(raw)
+                    asking[lane].wait(IDLE_WAIT)
+                # decoded (copied out) now: its buffer takes a later request
+                key, count, sizes = decode_request(
+                    readable[lane] if readable is not None else request.cpu().numpy())
                 if not 0 <= count <= MAX_TENSORS:
                     return  # not a consumer of ours: drop the pair
                 if count > INLINE_SIZES:  # sent right behind the request
                     asked = torch.empty(count, dtype=torch.int64, device=ctl)
                     ask.recv([asked], 1, TAG_SIZES).wait()
                     sizes = asked.tolist()
-                spent[turn] = True
-                before = (turn - 1) % len(asks)
-                if not status_always and before != turn and spent[before]:
-                    asking[before] = asks[before].recv([requests[before]], 1, TAG_REQUEST)
-                    spent[before] = False
+                spent[lane] = True
                 lent = self.lend(key)
                 tensors = lent[0] if lent is not None and lent[1] == sizes else None
                 ok = tensors is not None  # else gone, or not what the consumer expects
@@ -163,12 +170,16 @@ class KeptTensors:
                 # post every send at once, in the order the consumer waits for them; one
                 # wake-up here, when the last is out
                 works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
+                before = (lane - 1) % len(asks)
+                if not status_always and before != lane and spent[before]:
+                    asking[before] = asks[before].recv([requests[before]], 1, TAG_REQUEST)
+                    spent[before] = False
                 for work in reversed(works):
                     work.wait()
                 if status_always:
-                    asking[turn] = ask.recv([request], 1, TAG_REQUEST)
-                    spent[turn] = False
-                turn = (turn + 1) % len(asks)
+                    asking[lane] = ask.recv([request], 1, TAG_REQUEST)
+                    spent[lane] = False
+                transfer += 1
                 if ok:
                     self.sent_bytes += sum(sizes)
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
@@ -185,13 +196,17 @@ def control_device(backend: str) -> str:
     return f"cuda:{torch.cuda.current_device()}"
 
 
+_REQUESTS = [struct.Struct(f"<{KEY_BYTES}sq{n}q") for n in range(INLINE_SIZES + 1)]
+_COUNT = struct.Struct("<q")
+
+
 def encode_request(into: Any, key: str, sizes: list[int]) -> None:
     """Write the request a consumer sends into `into` (a uint8 array of REQUEST_BYTES): the
     key, how many tensors it posted receives for and their sizes in bytes (when more than
     INLINE_SIZES, the sizes follow in a second message, see `extra_sizes`)."""
     inline = sizes if len(sizes) <= INLINE_SIZES else []
-    into[:KEY_BYTES] = memoryview(key.encode().ljust(KEY_BYTES)[:KEY_BYTES])
-    struct.pack_into(f"<q{len(inline)}q", into, KEY_BYTES, len(sizes), *inline)
+    _REQUESTS[len(inline)].pack_into(into, 0, key.encode().ljust(KEY_BYTES), len(sizes),
+                                     *inline)
 
 
 def extra_sizes(sizes: list[int]) -> Any:
@@ -201,17 +216,17 @@ def extra_sizes(sizes: list[int]) -> Any:
     return torch.tensor(sizes, dtype=torch.int64) if len(sizes) > INLINE_SIZES else None
 
 
-def decode_request(raw: bytes) -> tuple[str, int, list[int]]:
-    """(key, count, the sizes carried inline) of a request's REQUEST_BYTES bytes."""
-    (count,) = struct.unpack_from("<q", raw, KEY_BYTES)
-    inline = min(max(count, 0), INLINE_SIZES)
-    sizes = list(struct.unpack_from(f"<{inline}q", raw, KEY_BYTES + 8))
-    return raw[:KEY_BYTES].decode(errors="replace"), count, sizes
+def decode_request(raw: Any) -> tuple[str, int, list[int]]:
+    """(key, count, the sizes carried inline) of a request's REQUEST_BYTES bytes (any
+    buffer)."""
+    (count,) = _COUNT.unpack_from(raw, KEY_BYTES)
+    key, _count, *sizes = _REQUESTS[min(max(count, 0), INLINE_SIZES)].unpack_from(raw)
+    return key.decode(errors="replace"), count, sizes
 
 
 def pair_groups(pair_id: str, rank: int, backend: str) -> tuple[list[Any], list[Any]]:
-    """The pair's 2-rank process groups, by lane: (the tensors' groups, the requests').
-    NCCL: one lane, one group for both. gloo: two lanes, four groups on one gloo device of
+    """The pair's 2-rank process groups: (the tensors' groups, the requests'). NCCL: one
+    group for both. gloo: two and three (see KeptTensors._serve), on one gloo device of
     their own (one loop thread) with one worker thread each (send and recv use none).
     Rendezvous through the mesh's KV."""
     import torch.distributed as dist
@@ -230,7 +245,7 @@ def pair_groups(pair_id: str, rank: int, backend: str) -> tuple[list[Any], list[
     options._timeout = timeout
     groups = [dist.ProcessGroupGloo(MeshStore(prefix + part, STORE_TIMEOUT_S), rank, 2, options)
               for part in GLOO_PARTS]
-    return groups[:2], groups[2:]
+    return groups[:len(GLOO_DATAS)], groups[len(GLOO_DATAS):]
 
 
 KEPT = KeptTensors()

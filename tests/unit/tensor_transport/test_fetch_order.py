@@ -61,7 +61,7 @@ def _FakePair(backend: str = "gloo") -> consumer._Pair:  # noqa: N802 - stands f
     pair.pair_id = "0" * 32
     pair.pg = _RecordingGroup(backend)  # type: ignore[attr-defined]  # every group's calls
     pair.datas = pair.asks = [pair.pg]  # type: ignore[attr-defined]
-    pair.turn = 0
+    pair.transfers = 0
     pair.fresh = False
     pair.lock = threading.Lock()
     pair.request = torch.zeros(p.REQUEST_BYTES, dtype=torch.uint8)
@@ -171,17 +171,17 @@ def test_the_producer_posts_the_next_request_in_the_backends_order(backend, kept
     raw = bytearray(p.REQUEST_BYTES)
     p.encode_request(raw, "k" * 32, [tensor.nbytes])
     group = _OneRequestGroup(bytes(raw))
-    asks = [group] if backend == "nccl" else [group, group]
-    datas = [group] * len(asks)
+    asks = [group] if backend == "nccl" else [group] * len(p.GLOO_ASKS)
+    datas = [group] if backend == "nccl" else [group] * len(p.GLOO_DATAS)
     monkeypatch.setattr(p, "pair_groups", lambda pair_id, rank, backend: (datas, asks))
     monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
     kept._serve("0" * 32, backend)  # returns when the second request's wait fails
     status = [("send", p.TAG_STATUS)] if backend == "nccl" or not kept_it else []
     sends = status + [("send", p.TAG_FIRST_TENSOR)]
     ask = [("recv", p.TAG_REQUEST)]
-    # gloo: both request groups' receives are posted up front; the first is posted again
+    # gloo: every request group's receive is posted up front; the first is posted again
     # only when a request came in on the second (here none does)
-    expected = ask + sends + ask if backend == "nccl" else ask + ask + sends
+    expected = ask + sends + ask if backend == "nccl" else ask * len(p.GLOO_ASKS) + sends
     assert group.ops == expected
     assert kept.sent_bytes == (tensor.nbytes if kept_it else 0)
 
@@ -203,7 +203,7 @@ def test_a_pair_idle_past_its_groups_timeout_serves_the_next_fetch(monkeypatch):
     def pair_groups(pair_id: str, rank: int, backend: str) -> tuple[list, list]:
         groups = [dist.ProcessGroupGloo(dist.PrefixStore(pair_id + part, store), rank, 2,
                                         IDLE_TIMEOUT) for part in p.GLOO_PARTS]
-        return groups[:2], groups[2:]
+        return groups[:len(p.GLOO_DATAS)], groups[len(p.GLOO_DATAS):]
 
     monkeypatch.setattr(p, "pair_groups", pair_groups)
     kept = p.KeptTensors()
@@ -263,8 +263,10 @@ class _AskGroup:
 
 def test_gloo_requests_take_turns_and_a_group_is_reposted_after_the_next_request(
         monkeypatch):
-    """Requests alternate between two groups; one's next receive is posted once a request
-    came in on the other (its consumer's thread is long out of its call on this one)."""
+    """Requests take three groups in turn, tensors two; a request group's next receive is
+    posted once a request came in on the next group (its consumer's thread is long out of
+    its call on this one), after that request's sends: off the path from a request to its
+    tensors, and still in place before the consumer can ask there again."""
     kept = p.KeptTensors()
     tensor = torch.arange(4, dtype=torch.float32)
     kept.keep("k" * 32, [tensor])
@@ -272,31 +274,34 @@ def test_gloo_requests_take_turns_and_a_group_is_reposted_after_the_next_request
     p.encode_request(raw, "k" * 32, [tensor.nbytes])
     log = _Log()
     datas = [_AskGroup("d0", log, b"", 0), _AskGroup("d1", log, b"", 0)]
-    asks = [_AskGroup("a0", log, bytes(raw), 2), _AskGroup("a1", log, bytes(raw), 1)]
+    asks = [_AskGroup("a0", log, bytes(raw), 2), _AskGroup("a1", log, bytes(raw), 1),
+            _AskGroup("a2", log, bytes(raw), 1)]
     monkeypatch.setattr(p, "pair_groups", lambda pair_id, rank, backend: (datas, asks))
     monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
-    kept._serve("0" * 32, "gloo")  # a0, a1, a0 serve; a1's second receive ends it
+    kept._serve("0" * 32, "gloo")  # a0, a1, a2, a0 serve; a1's second receive ends it
     req, tag = p.TAG_REQUEST, p.TAG_FIRST_TENSOR
-    assert log.ops == [("a0", "recv", req), ("a1", "recv", req),  # both up front
-                       ("d0", "send", tag),  # request 1 (lane 0) answered on lane 0
-                       ("a0", "recv", req), ("d1", "send", tag),  # request 2 came on lane 1
-                       ("a1", "recv", req), ("d0", "send", tag)]  # request 3 on lane 0
-    assert kept.sent_bytes == 3 * tensor.nbytes
+    assert log.ops == [("a0", "recv", req), ("a1", "recv", req), ("a2", "recv", req),
+                       ("d0", "send", tag),  # request 1 (on a0) answered on d0
+                       ("d1", "send", tag), ("a0", "recv", req),  # request 2 came on a1
+                       ("d0", "send", tag), ("a1", "recv", req),  # request 3 on a2
+                       ("d1", "send", tag), ("a2", "recv", req)]  # request 4 on a0
+    assert kept.sent_bytes == 4 * tensor.nbytes
 
 
 def test_the_consumer_takes_the_lanes_in_turn():
     pair = _FakePair("gloo")
-    d0, d1, a0, a1 = (_RecordingGroup("gloo") for _ in range(4))
-    pair.datas, pair.asks = [d0, d1], [a0, a1]  # type: ignore[attr-defined]
+    d0, d1, a0, a1, a2 = (_RecordingGroup("gloo") for _ in range(5))
+    pair.datas, pair.asks = [d0, d1], [a0, a1, a2]  # type: ignore[attr-defined]
     pair.status = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
     pair.status_host = [s.numpy() for s in pair.status]
     pair.gone_watch = [None, None]
-    for _ in range(3):
+    for _ in range(4):
         _fetch(pair, "gloo")
     tensors = [("recv", p.TAG_FIRST_TENSOR), ("recv", p.TAG_FIRST_TENSOR + 1)]
     assert d0.ops == [("recv", p.TAG_STATUS)] + tensors * 2  # transfers 1 and 3
-    assert d1.ops == [("recv", p.TAG_STATUS)] + tensors
-    assert a0.ops == [("send", p.TAG_REQUEST)] * 2 and a1.ops == [("send", p.TAG_REQUEST)]
+    assert d1.ops == [("recv", p.TAG_STATUS)] + tensors * 2  # transfers 2 and 4
+    request = [("send", p.TAG_REQUEST)]
+    assert (a0.ops, a1.ops, a2.ops) == (request * 2, request, request)  # 1 and 4, 2, 3
 
 
 def test_a_process_keeps_a_bounded_number_of_pairs(monkeypatch):
@@ -326,3 +331,57 @@ def test_a_process_keeps_a_bounded_number_of_pairs(monkeypatch):
     for i in range(4, 20):
         consumer.fetch(f"a{i}", "gloo", "k" * 32, METAS, "cpu", "producer")
     assert len(consumer._pairs) == 3 and len(made) == 20
+
+
+class _Work(_Done):
+    """A receive's work that logs when the consumer lets it go."""
+
+    def __init__(self, log: list, name: tuple) -> None:
+        self.log, self.name = log, name
+
+    def __del__(self) -> None:
+        self.log.append(("let go",) + self.name)
+
+
+class _LettingGoGroup(_RecordingGroup):
+    """Records sends and receives; each receive of a tensor is a work that logs, named by
+    the transfer it belongs to, when it is let go."""
+
+    def recv(self, tensors: list, peer: int, tag: int) -> _Done:
+        super().recv(tensors, peer, tag)
+        if tag < p.TAG_FIRST_TENSOR:
+            return _Done()
+        return _Work(self.ops, (self.ops.count(("send", p.TAG_REQUEST)), tag))
+
+
+def test_a_transfers_receives_are_let_go_in_the_next_one_once_its_request_is_out(
+        monkeypatch):
+    """Dropping a receive's work whose buffer gloo's loop thread still holds (it wakes the
+    waiter first, then lets go) spins in sched_yield: a small transfer's works are kept and
+    let go in the pair's next transfer, after its request went out (the producer answers
+    meanwhile), or by empty_cache(); a large one's at its end."""
+    pair = _FakePair("gloo")
+    pair.pg = _LettingGoGroup("gloo")  # type: ignore[attr-defined]
+    pair.datas = pair.asks = [pair.pg]  # type: ignore[attr-defined]
+    log = pair.pg.ops
+    request = ("send", p.TAG_REQUEST)
+    first = [("let go", 0, p.TAG_FIRST_TENSOR), ("let go", 0, p.TAG_FIRST_TENSOR + 1)]
+    out = _fetch(pair, "gloo")
+    del out
+    assert not any(op[0] == "let go" for op in log)  # kept past the transfer's end
+    _fetch(pair, "gloo")
+    second_request = [i for i, op in enumerate(log) if op == request][1]
+    assert sorted(op for op in log if op[0] == "let go") == first
+    assert all(log.index(op) > second_request for op in first)  # once the request is out
+    consumer._pairs[("addr", "gloo")] = pair
+    try:
+        from zmesh.tensor_transport import empty_cache
+
+        empty_cache()  # lets an idle pair's last works go
+    finally:
+        consumer._pairs.pop(("addr", "gloo"), None)
+    assert sum(op[0] == "let go" for op in log) == 4 and pair.spent == []
+    monkeypatch.setattr(consumer, "KEEP_WORKS_BYTES", 8)  # smaller than these transfers
+    log.clear()
+    _fetch(pair, "gloo")
+    assert sum(op[0] == "let go" for op in log) == 2 and pair.spent == []

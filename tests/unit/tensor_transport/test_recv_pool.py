@@ -77,3 +77,25 @@ def test_a_block_that_fits_the_cap_makes_room_by_evicting_the_oldest():
     again = pool.empty([3 * BIG[0]], torch.float32)
     assert again.data_ptr() == ptr and pool.reused == 1
     assert pool.free_bytes == 0  # the small block was let go
+
+
+def test_every_dtype_comes_back_with_its_shape_and_the_block_returns():
+    """Dtypes numpy has are lent as an ndarray of that dtype and shape (one array, no views);
+    the others (bfloat16, float8) as bytes viewed as them: the same tensor either way."""
+    pool = RecvPool(cap_bytes=1 << 30)
+    for name in ("float16", "float32", "float64", "complex64", "bool", "uint8", "int8",
+                 "int16", "int32", "int64", "uint16", "uint32", "uint64", "bfloat16",
+                 "float8_e4m3fn"):
+        dtype = getattr(torch, name, None)
+        if dtype is None:
+            continue
+        t = pool.empty([512, 2048], dtype)
+        assert t.dtype == dtype and t.shape == (512, 2048) and t.is_contiguous(), name
+        t.view(torch.uint8).fill_(7)  # writable, all of it
+        ptr = t.data_ptr()
+        del t
+        gc.collect()
+        again = pool.empty([512, 2048], dtype)
+        assert again.data_ptr() == ptr, name  # its block came back and was lent again
+        del again
+        gc.collect()
