@@ -302,6 +302,13 @@ class ActorCallerCore:
         a.seq_cut = a.next_seq
 
     # -- queries (the shell's) -------------------------------------------------------------
+    def retries_left(self, actor_id: bytes, task_id: bytes) -> int | None:
+        """How often the open call may still go again (restarts took their share; -1:
+        always); None: not an open call."""
+        a = self.actors.get(actor_id)
+        call = a.calls.get(task_id) if a is not None else None
+        return None if call is None else call.retries_left
+
     def open_calls(self, actor_id: bytes) -> int:
         """Calls submitted to the actor and not yet answered or failed."""
         a = self.actors.get(actor_id)

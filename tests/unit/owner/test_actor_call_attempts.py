@@ -1,4 +1,5 @@
-"""A call that `retry_exceptions` sent again takes no answer of its earlier attempt.
+"""A call that `retry_exceptions` sent again takes no answer of its earlier attempt, and
+its retries are one budget with the restarts that sent it again (as Ray's max_task_retries).
 
 The call keeps its id when it goes again, so an answer of the first attempt that comes late
 (a copy the worker sent again for a repeat of the first attempt, or one delayed on the way)
@@ -96,3 +97,30 @@ def test_a_late_answer_of_the_first_attempt_is_not_taken_for_the_retrys() -> Non
     caller.on_result(WORKER, _answer(7, attempt=sent[1].attempt))
     (value,) = client.objects.values.values()
     assert values.decode(value, None) == 7
+
+
+def test_a_restart_that_sent_the_call_again_spent_the_retry_an_exception_would_take() -> None:
+    """max_task_retries=1: the first attempt's worker dies and the restarted actor runs the
+    call again (the one retry); its covered exception then is the answer. (The shell counted
+    the exception's retries from the actor's max_task_retries, not from what the restart
+    left: the call ran a third time.)"""
+    client = _Client()
+    caller = ActorCaller(client)  # type: ignore[arg-type]
+    rec = caller.track(AID, "Flaky", max_task_retries=1)
+    caller._on_state("ipc://node", m.ActorState(actor_id=AID, state="alive", address=WORKER,
+                                                restarts=0), [])
+    caller.call(rec, "work", b"", [], [], 1, task_id=TID, retry_exceptions=True)
+    caller._on_state("ipc://node", m.ActorState(actor_id=AID, state="restarting"), [])
+    caller._on_state("ipc://node", m.ActorState(actor_id=AID, state="alive", address=WORKER,
+                                                restarts=1), [])
+    while client.loop.soon:
+        client.loop.soon.pop(0)()
+    sent = _calls(client)
+    assert len(sent) == 2  # sent again to the restarted actor: the retry is spent
+    caller.on_result(WORKER, _answer(ValueError("covered"), attempt=sent[1].attempt,
+                                     error=True))
+    while client.loop.soon:
+        client.loop.soon.pop(0)()
+    assert len(_calls(client)) == 2, "the exception sent the call a third time"
+    (value,) = client.objects.values.values()
+    assert value.is_error

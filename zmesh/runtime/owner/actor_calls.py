@@ -421,9 +421,12 @@ class ActorCaller:
         # thread's event touches (a call is answered only once it was sent), and every
         # other loop-thread event runs on this thread. A user thread holding the lock when
         # the GIL switches would otherwise stall the loop for a switch interval (5 ms).
+        # (what restarts left of its retries, read before the answer closes the call)
+        left = self.core.retries_left(call.rec.actor_id, msg.task_id) \
+            if call.retry_exceptions else None
         if not self.core.complete_fast(call.rec.actor_id, msg.task_id):
             return  # not in flight: an answer from a worker the call no longer waits on
-        if call.retry_exceptions and self._retry(call, msg):
+        if left is not None and self._retry(call, msg, left):
             return
         del self.calls[msg.task_id]
         self.resends.answered(msg.task_id)
@@ -436,11 +439,11 @@ class ActorCaller:
             self.client.hold_returned(sender, [IdGen.object_id(call.task_id, i) for i in
                                                range(max(call.num_returns, 1))], msg.contained)
 
-    def _retry(self, call: Call, msg: m.TaskResult) -> bool:
+    def _retry(self, call: Call, msg: m.TaskResult, left: int) -> bool:
         """Send again a call whose exception its `retry_exceptions` covers, while retries
-        are left (loop thread): True when it went again."""
+        are left (`left`: the core's count, which restarts that sent it again spent too, as
+        Ray's one max_task_retries budget; loop thread): True when it went again."""
         rec = call.rec
-        left = rec.max_task_retries if call.retries is None else call.retries
         if left == 0 or rec.killing or not covered(call.retry_exceptions, msg.returns):
             return False
         call.retries = left - 1 if left > 0 else left
