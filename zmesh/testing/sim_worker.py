@@ -97,6 +97,9 @@ class SimWorkerPool:
         kernel.schedule(kernel.now + WORKER_START_S, self.proc, self._start, info)
         return info
 
+    def settled(self, info: WorkerInfo) -> None:
+        """A worker registered or exited: nothing to warm up in a simulated fork server."""
+
     def _start(self, info: WorkerInfo) -> None:
         mesh, node = self.mesh, self.node
         host = self.proc.host

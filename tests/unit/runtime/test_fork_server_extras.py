@@ -73,3 +73,43 @@ def test_stop_signal_ends_the_extras_import_and_is_ignored_otherwise() -> None:
             proc.kill()
             proc.wait()
 
+
+
+def test_the_pool_asks_for_the_extras_once_its_first_workers_have_started() -> None:
+    """Not before the workers asked for at the node's start have registered (or died), so
+    that numpy's import competes with none of them, and only once."""
+    import socket
+
+    from zmesh.runtime.node import worker_pool
+    from zmesh.runtime.node.zygote import RecordReader
+
+    ours, fork_server_end = socket.socketpair()
+    worker_pool._early = (os.getpid(), ours, "ipc:///nowhere")  # no fork server is forked
+    pool = worker_pool.WorkerPool("ipc:///nowhere", "/nowhere", lambda *a: None,
+                                  lambda *a: None)
+    reader = RecordReader()
+    fork_server_end.settimeout(DEADLINE_S)
+
+    def ops() -> list[str]:
+        fork_server_end.setblocking(False)
+        try:
+            chunk = fork_server_end.recv(65536)
+        except BlockingIOError:
+            chunk = b""
+        finally:
+            fork_server_end.setblocking(True)
+        return [rec["op"] for rec in reader.feed(chunk)]
+
+    try:
+        first, second = pool.spawn(), pool.spawn()
+        assert ops() == ["spawn", "spawn"]
+        pool.settled(first)
+        assert ops() == []  # the second still starts
+        pool.settled(second)  # (registered or exited: the same to the pool)
+        assert ops() == ["extras"]
+        third = pool.spawn()
+        pool.settled(third)
+        assert ops() == ["spawn"]  # asked once only
+    finally:
+        ours.close()
+        fork_server_end.close()

@@ -297,6 +297,7 @@ class Node:
         self.pool.by_pid[info.pid] = info
         self.workers[msg.address] = info
         self.lease_shell.worker_ready(info)
+        self.pool.settled(info)
 
     def take_idle_worker(self, waiter: Any) -> None:
         """Hand an idle worker to `waiter(info)`, starting one if none is idle."""
@@ -347,6 +348,7 @@ class Node:
         if info.address:  # what it owned dies with it: leases, actors it created, store pins
             self._client_gone(info.address)
         self.lease_shell.worker_exited(info, reason)
+        self.pool.settled(info)
 
     def _disconnect(self, address: str) -> None:
         try:

@@ -87,6 +87,8 @@ class WorkerPool:
         self.by_id: dict[bytes, WorkerInfo] = {}
         self.by_pid: dict[int, WorkerInfo] = {}
         self._spawning: dict[bytes, WorkerInfo] = {}
+        self._starting: set[bytes] = set()  # asked for, neither registered nor exited yet
+        self._extras_asked = False
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="zmesh-zygote", daemon=True)
         self._reader.start()
@@ -96,9 +98,24 @@ class WorkerPool:
         worker_id = os.urandom(8)
         info = WorkerInfo(worker_id, env_key=tuple(sorted((env or {}).items())))
         self.by_id[worker_id] = info
+        self._starting.add(worker_id)
         with self._lock:
             write_record(self._sock, {"op": "spawn", "id": worker_id, "env": env or {}})
         return info
+
+    def settled(self, info: WorkerInfo) -> None:
+        """`info` registered or exited (loop thread). Once no worker is starting for the
+        first time (the node's first ones), the fork server imports numpy for the workers
+        forked later: not before those first ones fork, nor while they start."""
+        self._starting.discard(info.worker_id)
+        if self._starting or self._extras_asked:
+            return
+        self._extras_asked = True
+        with self._lock:
+            try:
+                write_record(self._sock, {"op": "extras"})
+            except OSError:
+                pass
 
     def kill(self, info: WorkerInfo, sig: int = 9) -> None:
         if info.pid:

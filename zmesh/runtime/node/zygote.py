@@ -2,6 +2,7 @@
 
 The node talks to it over a socketpair with length-prefixed msgpack records:
 {"op": "spawn", "id", "env"} -> {"op": "spawned", "id", "pid"}; {"op": "kill", "pid", "sig"};
+{"op": "env", "env"}; {"op": "extras"} (import numpy for the workers forked from then on);
 and it reports {"op": "exited", "pid", "status"} when a worker dies. It never starts a
 thread or a zmq context, so forking is safe, and it exits (killing its children) when the
 node closes the socket.
@@ -91,25 +92,10 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
     reader = RecordReader()
     children: set[int] = set()
     write_record(sock, {"op": "ready", "pid": os.getpid()})
-    # What many workers' user code needs but no worker's start does (numpy) is imported once
-    # the workers the node asks for at its start are forked: they start ~50 ms sooner, and
-    # import it themselves only if their tasks use it; the workers forked later inherit it.
-    extras_due = spawned = False
-    while True:
+    while not _stop_asked:
         try:
-            readable, _, _ = select.select([sock.fileno(), rfd], [], [],
-                                           0 if extras_due else None)
+            readable, _, _ = select.select([sock.fileno(), rfd], [], [])
         except InterruptedError:
-            continue
-        if not readable and extras_due:  # the first workers are forked, nothing else waits
-            extras_due = False
-            try:
-                _import_extras()
-            except _Stopped:
-                signal.signal(STOP_SIGNAL, signal.SIG_IGN)
-                break
-            if _stop_asked:
-                break
             continue
         if rfd in readable:
             os.read(rfd, 4096)
@@ -123,8 +109,6 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
                     pid = _spawn(sock, rfd, wfd, rec, node_address, session_dir)
                     children.add(pid)
                     write_record(sock, {"op": "spawned", "id": rec["id"], "pid": pid})
-                    if not spawned:  # the first of them: the extras' turn comes next
-                        spawned = extras_due = True
                 elif rec["op"] == "env":  # for every worker started from now on
                     os.environ.update(rec["env"])
                 elif rec["op"] == "kill" and rec["pid"] in children:
@@ -132,6 +116,13 @@ def main(fd: int, node_address: str, session_dir: str, node_pid: int = 0) -> Non
                         os.kill(rec["pid"], rec.get("sig", signal.SIGKILL))
                     except ProcessLookupError:
                         pass
+                elif rec["op"] == "extras":
+                    try:
+                        _import_extras()
+                    except _Stopped:
+                        signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+                    if _stop_asked:
+                        break
     for pid in children:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -160,7 +151,10 @@ def _reap(sock: socket.socket, children: set[int]) -> None:
 
 
 def _import_extras() -> None:
-    """Import numpy; raises _Stopped if the node closes meanwhile (see STOP_SIGNAL)."""
+    """Import what many workers' user code needs but no worker's start does (numpy), for the
+    workers forked from now on; the node asks for it once its first workers have started
+    (they start ~50 ms sooner, and import it themselves only if their tasks use it). Raises
+    _Stopped if the node closes meanwhile (see STOP_SIGNAL)."""
     signal.signal(STOP_SIGNAL, _stop)
     try:
         import numpy  # noqa: F401
