@@ -2,7 +2,7 @@
 
 Every function reads the whole mesh through this process's node, which asks each live
 member for its part: actors (the row of the node that runs each one wins), nodes, placement
-groups, and tasks. Rows are dicts that also read as attributes (`row.state` or
+groups, tasks, the objects in the stores, and workers and drivers. Rows are dicts that also read as attributes (`row.state` or
 `row["state"]`), with Ray's field names; the `list_*` functions take Ray's `filters`
 (`[("state", "=", "ALIVE")]`, `=` or `!=`, strings compared case-insensitively) and `limit`.
 
@@ -259,7 +259,39 @@ def summarize_tasks(address: str | None = None, timeout: int = 30,
         sum(e["state_counts"].values()) for e in summary.values())}}
 
 
+# -- objects and workers ----------------------------------------------------------------------
+def list_objects(address: str | None = None, filters: list[Filter] | None = None,
+                 limit: int = DEFAULT_LIMIT, timeout: int = 30, detail: bool = False,
+                 raise_on_missing_output: bool = True, _explain: bool = False
+                 ) -> list[StateRow]:
+    """The objects in the nodes' shared-memory stores (large values; small ones live inside
+    their owners and are not listed): object_id, object_size, node_id, owner (its owner's
+    address), state (SEALED, WRITING or SPILLED), is_primary_copy, pinned_by."""
+    by_node = context.current_client().query("objects_mesh")
+    rows = [{"object_id": o["object_id"], "object_size": o["size"], "node_id": node_id,
+             "owner": o["owner"], "state": str(o["state"]).upper(),
+             "is_primary_copy": o["copy"] == "primary", "pinned_by": list(o["pinned_by"])}
+            for node_id, objects in sorted(by_node.items()) for o in objects]
+    return _select(rows, filters, _check_limit(limit), "objects")
+
+
+def list_workers(address: str | None = None, filters: list[Filter] | None = None,
+                 limit: int = DEFAULT_LIMIT, timeout: int = 30, detail: bool = False,
+                 raise_on_missing_output: bool = True, _explain: bool = False
+                 ) -> list[StateRow]:
+    """Every node's worker processes and the drivers connected to it: worker_id, pid,
+    node_id, worker_type (WORKER or DRIVER), state (STARTING, IDLE, LEASED, ACTOR; a
+    driver's is ALIVE), is_alive, actor_id (the actor a worker runs, else None)."""
+    by_node = context.current_client().query("workers_mesh")
+    rows = [{"worker_id": w["worker_id"] or None, "pid": w["pid"], "node_id": node_id,
+             "worker_type": "DRIVER" if w["kind"] == "driver" else "WORKER",
+             "state": "ALIVE" if w["kind"] == "driver" else str(w["state"]).upper(),
+             "is_alive": w["state"] != "dead", "actor_id": w["actor_id"] or None}
+            for node_id, workers in sorted(by_node.items()) for w in workers]
+    return _select(rows, filters, _check_limit(limit), "workers")
+
+
 __all__ = ["StateRow", "available_resources_per_node", "get_actor", "get_node",
-           "get_placement_group", "get_task", "list_actors", "list_nodes",
-           "list_placement_groups", "list_tasks", "placement_group_table", "summarize_actors",
+           "get_placement_group", "get_task", "list_actors", "list_nodes", "list_objects",
+           "list_placement_groups", "list_tasks", "list_workers", "placement_group_table", "summarize_actors",
            "summarize_tasks", "total_resources_per_node"]

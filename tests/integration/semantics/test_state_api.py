@@ -160,3 +160,31 @@ def test_bad_filters_and_limits_are_refused(ray):
         state.list_nodes(filters=[("state", "ALIVE")])
     with pytest.raises(ValueError, match="limit"):
         state.list_tasks(limit=-1)
+
+
+def test_list_objects_and_workers(ray):
+    import os
+
+    import numpy as np
+
+    big = ray.put(np.zeros(1 << 20, dtype=np.uint8))  # 1 MiB: in the node's store
+    small = ray.put(1)  # inside this process: not in a store
+    rows = state.list_objects(filters=[("object_id", "=", big.hex())])
+    assert len(rows) == 1 and rows[0].object_size >= 1 << 20
+    assert rows[0].node_id == ray.get_runtime_context().get_node_id()
+    assert rows[0].state == "SEALED" and rows[0].is_primary_copy
+    assert state.list_objects(filters=[("object_id", "=", small.hex())]) == []
+
+    @ray.remote(num_cpus=0)
+    class Resident:
+        def pid(self):
+            return os.getpid()
+
+    a = Resident.remote()
+    pid = ray.get(a.pid.remote(), timeout=30)
+    drivers = state.list_workers(filters=[("worker_type", "=", "DRIVER")])
+    assert os.getpid() in [d.pid for d in drivers]
+    (row,) = state.list_workers(filters=[("pid", "=", pid)])
+    assert row.worker_type == "WORKER" and row.state == "ACTOR" and row.is_alive
+    assert row.actor_id == a._actor_id.hex()
+    ray.kill(a)

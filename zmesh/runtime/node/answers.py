@@ -109,6 +109,16 @@ class NodeAnswers:
             return self.node.ops.answer(what, arg, self._actor_pid)
         if what == "metrics":
             return self.metrics()
+        if what == "objects_by_node":  # this node's part of `objects_mesh` (state API)
+            return {self.node.node_id: self.node.store.objects()}
+        if what == "workers_by_node":  # this node's part of `workers_mesh` (state API)
+            pool = [{"worker_id": w.worker_id.hex(), "pid": w.pid, "state": w.state,
+                     "kind": "worker", "actor_id": w.actor_id.hex()}
+                    for w in self.node.pool.by_pid.values()]
+            drivers = [{"worker_id": "", "pid": c.pid, "state": "driver", "kind": "driver",
+                        "actor_id": ""}
+                       for c in self.node.clients.values() if c.kind == "driver"]
+            return {self.node.node_id: pool + drivers}
         if what == "memory":
             return {"node_id": self.node.node_id, "objects": self.node.store.objects(),
                     "clients": [{"address": c.address, "kind": c.kind, "pid": c.pid}

@@ -3,7 +3,9 @@ its own table (`placement_groups_local`) and merges the rows, so `placement_grou
 lists every group whichever node it was created through (Ray's GCS holds them all);
 `actors_mesh` does the same with each node's `actors` table (`zmesh.util.state`), and
 `timeline_mesh` with each node's recent task spans keyed by its node id (`zmesh.timeline`),
-and `tasks_mesh` with those and what each node's workers run now (`zmesh.util.state`).
+`tasks_mesh` with those and what each node's workers run now, `objects_mesh` with the
+objects in each node's store and `workers_mesh` with each node's workers and drivers
+(`zmesh.util.state`).
 
 A peer that does not answer within PEER_TIMEOUT_S is left out rather than holding the caller.
 """
@@ -27,7 +29,8 @@ PEER_TIMEOUT_S = 3.0
 """How long a mesh-wide query waits for each peer's part."""
 
 MESH_QUERIES = {"placement_groups": "placement_groups_local", "actors_mesh": "actors",
-                "timeline_mesh": "timeline_by_node", "tasks_mesh": "tasks_by_node"}
+                "timeline_mesh": "timeline_by_node", "tasks_mesh": "tasks_by_node",
+                "objects_mesh": "objects_by_node", "workers_mesh": "workers_by_node"}
 """Mesh-wide query -> the query each node answers for its own part."""
 
 
