@@ -41,8 +41,8 @@ class _Pair:
         if reply.error:
             raise TensorTransportError(reply.error)
         # groups for the tensors (and statuses) and for the requests, taken in turn:
-        # transfer t uses datas[t % len(datas)] and asks[t % len(asks)] (gloo: two and
-        # three, see producer.KeptTensors._serve; NCCL: one group for both)
+        # transfer t uses datas[t % len(datas)] and asks[t % len(asks)] (gloo: two lanes
+        # of one each, see producer.KeptTensors._serve; NCCL: one group for both)
         self.datas, self.asks = p.pair_groups(self.pair_id, 1, backend)
         self.transfers = 0  # transfers begun on this pair
         self.fresh = True  # the rendezvous keys are deleted after the first exchange

@@ -33,8 +33,8 @@ INLINE_SIZES = 16  # sizes of up to this many tensors ride in the request itself
 REQUEST_BYTES = KEY_BYTES + 8 * (1 + INLINE_SIZES)  # key, count, sizes in bytes
 MAX_TENSORS = 1 << 20
 TAG_REQUEST, TAG_STATUS, TAG_SIZES, TAG_FIRST_TENSOR = 0, 1, 2, 3
-GLOO_DATAS = ("", "data1/")  # gloo: the tensors' groups, and the requests' (see _serve)
-GLOO_ASKS = ("ask0/", "ask1/", "ask2/")
+GLOO_DATAS = ("", "data1/")  # gloo: two lanes of a tensors' group and a requests' (see
+GLOO_ASKS = ("ask0/", "ask1/")  # KeptTensors._serve)
 GLOO_PARTS = GLOO_DATAS + GLOO_ASKS
 STATUS_OK, STATUS_GONE = 1, 0
 
@@ -122,38 +122,37 @@ class KeptTensors:
         # Measured with one group per pair: ~1,000 epoll_wait calls and ~0.7 ms of loop CPU
         # per 1 MB transfer; with one more group for requests, still 100-450 calls on the
         # request pair or on the tensors' pair. So (gloo) a transfer's request and tensors
-        # go over two groups, and transfer t takes tensors' group t % 2 and requests' group
-        # t % 3: each side writes the next message on a pair the other is not writing on.
-        # A request group's next receive is posted once a request came in on the group
-        # after it (the consumer's thread is then long out of its call there), after that
-        # transfer's sends: with three request groups it is for the request after the next
-        # one, so it is off the path from a request to its tensors, and it is in place
-        # before the consumer can ask there (two groups needed it before the sends).
-        # NCCL: one group for all; the next request's receive after the sends, as one CUDA
-        # stream runs a pair's operations in order (a receive ahead of them would wait for
-        # the next request)
+        # go over two groups, and transfers take two such lanes in turn: each side writes
+        # the next message on a pair the other is not writing on. A lane's next request
+        # receive is posted once the *next* request came in on the other lane (the
+        # consumer's thread is then long out of its call there). NCCL: one group for all;
+        # the next request's receive after the sends, as one CUDA stream runs a pair's
+        # operations in order (a receive ahead of them would wait for the next request)
         status_always = backend == "nccl"  # gloo: a status only says "gone" (see above)
         asking = [a.recv([r], 1, TAG_REQUEST) for a, r in zip(asks, requests)]
         spent = [False] * len(asks)  # a request group whose receive was read, not reposted
-        transfer = 0
+        turn = 0
         while True:
             try:
-                lane = transfer % len(asks)
-                pg, ask, request = datas[transfer % len(datas)], asks[lane], requests[lane]
+                pg, ask, request = datas[turn], asks[turn], requests[turn]
                 if status_always:
-                    asking[lane].wait()  # nccl: a timeout here would make torch poll the work
+                    asking[turn].wait()  # nccl: a timeout here would make torch poll the work
                 else:
-                    asking[lane].wait(IDLE_WAIT)
-                # decoded (copied out) now: its buffer takes a later request
+                    asking[turn].wait(IDLE_WAIT)
+                # decoded (copied out) now: its buffer takes the next request
                 key, count, sizes = decode_request(
-                    readable[lane] if readable is not None else request.cpu().numpy())
+                    readable[turn] if readable is not None else request.cpu().numpy())
                 if not 0 <= count <= MAX_TENSORS:
                     return  # not a consumer of ours: drop the pair
                 if count > INLINE_SIZES:  # sent right behind the request
                     asked = torch.empty(count, dtype=torch.int64, device=ctl)
                     ask.recv([asked], 1, TAG_SIZES).wait()
                     sizes = asked.tolist()
-                spent[lane] = True
+                spent[turn] = True
+                before = (turn - 1) % len(asks)
+                if not status_always and before != turn and spent[before]:
+                    asking[before] = asks[before].recv([requests[before]], 1, TAG_REQUEST)
+                    spent[before] = False
                 lent = self.lend(key)
                 tensors = lent[0] if lent is not None and lent[1] == sizes else None
                 ok = tensors is not None  # else gone, or not what the consumer expects
@@ -170,16 +169,12 @@ class KeptTensors:
                 # post every send at once, in the order the consumer waits for them; one
                 # wake-up here, when the last is out
                 works += [pg.send([t], 1, TAG_FIRST_TENSOR + i) for i, t in enumerate(tensors)]
-                before = (lane - 1) % len(asks)
-                if not status_always and before != lane and spent[before]:
-                    asking[before] = asks[before].recv([requests[before]], 1, TAG_REQUEST)
-                    spent[before] = False
                 for work in reversed(works):
                     work.wait()
                 if status_always:
-                    asking[lane] = ask.recv([request], 1, TAG_REQUEST)
-                    spent[lane] = False
-                transfer += 1
+                    asking[turn] = ask.recv([request], 1, TAG_REQUEST)
+                    spent[turn] = False
+                turn = (turn + 1) % len(asks)
                 if ok:
                     self.sent_bytes += sum(sizes)
             except Exception:  # noqa: BLE001 - the consumer went away (or died midway)
@@ -225,8 +220,8 @@ def decode_request(raw: Any) -> tuple[str, int, list[int]]:
 
 
 def pair_groups(pair_id: str, rank: int, backend: str) -> tuple[list[Any], list[Any]]:
-    """The pair's 2-rank process groups: (the tensors' groups, the requests'). NCCL: one
-    group for both. gloo: two and three (see KeptTensors._serve), on one gloo device of
+    """The pair's 2-rank process groups, by lane: (the tensors' groups, the requests').
+    NCCL: one lane, one group for both. gloo: two lanes, four groups on one gloo device of
     their own (one loop thread) with one worker thread each (send and recv use none).
     Rendezvous through the mesh's KV."""
     import torch.distributed as dist

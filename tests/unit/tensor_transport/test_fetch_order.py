@@ -171,17 +171,17 @@ def test_the_producer_posts_the_next_request_in_the_backends_order(backend, kept
     raw = bytearray(p.REQUEST_BYTES)
     p.encode_request(raw, "k" * 32, [tensor.nbytes])
     group = _OneRequestGroup(bytes(raw))
-    asks = [group] if backend == "nccl" else [group] * len(p.GLOO_ASKS)
-    datas = [group] if backend == "nccl" else [group] * len(p.GLOO_DATAS)
+    asks = [group] if backend == "nccl" else [group, group]
+    datas = [group] * len(asks)
     monkeypatch.setattr(p, "pair_groups", lambda pair_id, rank, backend: (datas, asks))
     monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
     kept._serve("0" * 32, backend)  # returns when the second request's wait fails
     status = [("send", p.TAG_STATUS)] if backend == "nccl" or not kept_it else []
     sends = status + [("send", p.TAG_FIRST_TENSOR)]
     ask = [("recv", p.TAG_REQUEST)]
-    # gloo: every request group's receive is posted up front; the first is posted again
+    # gloo: both request groups' receives are posted up front; the first is posted again
     # only when a request came in on the second (here none does)
-    expected = ask + sends + ask if backend == "nccl" else ask * len(p.GLOO_ASKS) + sends
+    expected = ask + sends + ask if backend == "nccl" else ask + ask + sends
     assert group.ops == expected
     assert kept.sent_bytes == (tensor.nbytes if kept_it else 0)
 
@@ -203,7 +203,7 @@ def test_a_pair_idle_past_its_groups_timeout_serves_the_next_fetch(monkeypatch):
     def pair_groups(pair_id: str, rank: int, backend: str) -> tuple[list, list]:
         groups = [dist.ProcessGroupGloo(dist.PrefixStore(pair_id + part, store), rank, 2,
                                         IDLE_TIMEOUT) for part in p.GLOO_PARTS]
-        return groups[:len(p.GLOO_DATAS)], groups[len(p.GLOO_DATAS):]
+        return groups[:2], groups[2:]
 
     monkeypatch.setattr(p, "pair_groups", pair_groups)
     kept = p.KeptTensors()
@@ -263,10 +263,8 @@ class _AskGroup:
 
 def test_gloo_requests_take_turns_and_a_group_is_reposted_after_the_next_request(
         monkeypatch):
-    """Requests take three groups in turn, tensors two; a request group's next receive is
-    posted once a request came in on the next group (its consumer's thread is long out of
-    its call on this one), after that request's sends: off the path from a request to its
-    tensors, and still in place before the consumer can ask there again."""
+    """Requests alternate between two groups; one's next receive is posted once a request
+    came in on the other (its consumer's thread is long out of its call on this one)."""
     kept = p.KeptTensors()
     tensor = torch.arange(4, dtype=torch.float32)
     kept.keep("k" * 32, [tensor])
@@ -274,34 +272,31 @@ def test_gloo_requests_take_turns_and_a_group_is_reposted_after_the_next_request
     p.encode_request(raw, "k" * 32, [tensor.nbytes])
     log = _Log()
     datas = [_AskGroup("d0", log, b"", 0), _AskGroup("d1", log, b"", 0)]
-    asks = [_AskGroup("a0", log, bytes(raw), 2), _AskGroup("a1", log, bytes(raw), 1),
-            _AskGroup("a2", log, bytes(raw), 1)]
+    asks = [_AskGroup("a0", log, bytes(raw), 2), _AskGroup("a1", log, bytes(raw), 1)]
     monkeypatch.setattr(p, "pair_groups", lambda pair_id, rank, backend: (datas, asks))
     monkeypatch.setattr(p, "control_device", lambda backend: "cpu")
-    kept._serve("0" * 32, "gloo")  # a0, a1, a2, a0 serve; a1's second receive ends it
+    kept._serve("0" * 32, "gloo")  # a0, a1, a0 serve; a1's second receive ends it
     req, tag = p.TAG_REQUEST, p.TAG_FIRST_TENSOR
-    assert log.ops == [("a0", "recv", req), ("a1", "recv", req), ("a2", "recv", req),
-                       ("d0", "send", tag),  # request 1 (on a0) answered on d0
-                       ("d1", "send", tag), ("a0", "recv", req),  # request 2 came on a1
-                       ("d0", "send", tag), ("a1", "recv", req),  # request 3 on a2
-                       ("d1", "send", tag), ("a2", "recv", req)]  # request 4 on a0
-    assert kept.sent_bytes == 4 * tensor.nbytes
+    assert log.ops == [("a0", "recv", req), ("a1", "recv", req),  # both up front
+                       ("d0", "send", tag),  # request 1 (lane 0) answered on lane 0
+                       ("a0", "recv", req), ("d1", "send", tag),  # request 2 came on lane 1
+                       ("a1", "recv", req), ("d0", "send", tag)]  # request 3 on lane 0
+    assert kept.sent_bytes == 3 * tensor.nbytes
 
 
 def test_the_consumer_takes_the_lanes_in_turn():
     pair = _FakePair("gloo")
-    d0, d1, a0, a1, a2 = (_RecordingGroup("gloo") for _ in range(5))
-    pair.datas, pair.asks = [d0, d1], [a0, a1, a2]  # type: ignore[attr-defined]
+    d0, d1, a0, a1 = (_RecordingGroup("gloo") for _ in range(4))
+    pair.datas, pair.asks = [d0, d1], [a0, a1]  # type: ignore[attr-defined]
     pair.status = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
     pair.status_host = [s.numpy() for s in pair.status]
     pair.gone_watch = [None, None]
-    for _ in range(4):
+    for _ in range(3):
         _fetch(pair, "gloo")
     tensors = [("recv", p.TAG_FIRST_TENSOR), ("recv", p.TAG_FIRST_TENSOR + 1)]
     assert d0.ops == [("recv", p.TAG_STATUS)] + tensors * 2  # transfers 1 and 3
-    assert d1.ops == [("recv", p.TAG_STATUS)] + tensors * 2  # transfers 2 and 4
-    request = [("send", p.TAG_REQUEST)]
-    assert (a0.ops, a1.ops, a2.ops) == (request * 2, request, request)  # 1 and 4, 2, 3
+    assert d1.ops == [("recv", p.TAG_STATUS)] + tensors
+    assert a0.ops == [("send", p.TAG_REQUEST)] * 2 and a1.ops == [("send", p.TAG_REQUEST)]
 
 
 def test_a_process_keeps_a_bounded_number_of_pairs(monkeypatch):
