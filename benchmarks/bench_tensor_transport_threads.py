@@ -3,8 +3,9 @@ threads spin.
 
 One producer actor keeps a tensor; one consumer actor reads its (nested) ref `--transfers`
 times in a row. `perf stat --per-thread` watches both processes for exactly that span and
-this prints, per thread of either process, CPU microseconds and epoll_wait / recvfrom /
-writev calls per transfer. gloo's loop thread only *tries* a pair's lock; while a user
+this prints, per thread of either process, CPU microseconds, epoll_wait / recvfrom /
+writev calls and context switches per transfer (a thread that only blocks once per transfer
+switches once; more are preemptions, each a wake-up that took the core). gloo's loop thread only *tries* a pair's lock; while a user
 thread holds it the loop calls epoll_wait back to back: a healthy transfer makes a few
 epoll_wait calls per loop thread, a spinning one hundreds to thousands (and burns the CPU
 the lock holder needs on a loaded host). Needs `perf` with tracepoints (root here).
@@ -28,7 +29,7 @@ import torch
 import zmesh
 
 EVENTS = ("task-clock,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_recvfrom,"
-          "syscalls:sys_enter_writev")
+          "syscalls:sys_enter_writev,context-switches")
 
 
 @zmesh.remote
@@ -91,7 +92,8 @@ def main() -> None:
         zmesh.get(consumer.pull.remote([ref], 20))  # the pair is formed and warm
         names = {tid: who for who, pid in pids.items() for tid in os.listdir(f"/proc/{pid}/task")}
         print(f"{args.mb:g} MB, {args.transfers} transfers per round, load average "
-              f"{os.getloadavg()[0]:.1f}; per transfer: CPU us, epoll_wait, recvfrom, writev")
+              f"{os.getloadavg()[0]:.1f}; per transfer: CPU us, epoll_wait, recvfrom, writev, "
+              f"context switches")
         for _ in range(args.rounds):
             with tempfile.NamedTemporaryFile(suffix=".perf") as out:
                 perf = subprocess.Popen(
@@ -109,7 +111,8 @@ def main() -> None:
                     print(f"  {who:8s} {comm:16s} {tid:>7s} {r.get('task-clock', 0):7.0f} "
                           f"{r.get(EVENTS.split(',')[1], 0):8.1f} "
                           f"{r.get(EVENTS.split(',')[2], 0):6.1f} "
-                          f"{r.get(EVENTS.split(',')[3], 0):5.1f}")
+                          f"{r.get(EVENTS.split(',')[3], 0):5.1f} "
+                          f"{r.get('context-switches', 0):5.1f}")
     finally:
         zmesh.shutdown()
 
