@@ -15,6 +15,7 @@ import msgspec
 from zmesh.errors import ZmeshError
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.addresses import LOOPBACK_BIND, bind_to_reach
 from zmesh.security import keys
 from zmesh.security.keys import ClusterCredentials
 from zmesh.transports import Endpoint, open_endpoint
@@ -23,7 +24,7 @@ from zmesh.transports import Endpoint, open_endpoint
 class NodeQuerier:
     """A small synchronous client for node queries (one thread at a time)."""
 
-    def __init__(self, bind: str = "tcp://127.0.0.1:0",
+    def __init__(self, bind: str | None = None,
                  credentials: ClusterCredentials | None = None) -> None:
         self._bind = bind
         self._credentials = credentials
@@ -39,14 +40,17 @@ class NodeQuerier:
                 from zmesh.runtime.node.credentials import local_credentials
 
                 creds = local_credentials([address])
-            self._endpoint = open_endpoint(self._bind, credentials=creds)
+            # (bound where the node can answer: see zmesh.runtime.addresses)
+            self._endpoint = open_endpoint(self._bind or bind_to_reach(address),
+                                           credentials=creds)
         return self._endpoint
 
     @property
     def endpoint(self) -> Endpoint:
         """The querier's endpoint (opened with this process's credentials if not yet open)."""
         if self._endpoint is None:
-            self._endpoint = open_endpoint(self._bind, credentials=self._credentials)
+            self._endpoint = open_endpoint(self._bind or LOOPBACK_BIND,
+                                           credentials=self._credentials)
         return self._endpoint
 
     def query(self, address: str, what: str, arg: bytes = b"", timeout: float = 5.0) -> Any:

@@ -27,6 +27,7 @@ from zmesh.object_ref import ObjectRef
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
+from zmesh.runtime.addresses import bind_to_reach
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner import refs_query
@@ -71,8 +72,9 @@ class CoreClient:
             self.endpoint = open_endpoint(worker_bind)
         elif node_address.startswith("tcp://"):
             # A driver that reaches its node over tcp binds tcp too, so remote workers and
-            # nodes can answer it.
-            self.endpoint = open_endpoint(os.environ.get("ZMESH_CLIENT_BIND", "tcp://127.0.0.1:0"))
+            # nodes can answer it: on the interface that routes to the node (addresses.py)
+            self.endpoint = open_endpoint(os.environ.get("ZMESH_CLIENT_BIND")
+                                          or bind_to_reach(node_address))
         else:
             sock = os.path.join(session_dir,
                                 f"{kind}-{os.getpid()}-{self.worker_id.hex()[:8]}.sock")
