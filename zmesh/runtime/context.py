@@ -60,10 +60,21 @@ class RefCollector:
 
 
 def note_serialized_ref(ref: Any) -> None:
-    """Called from ObjectRef.__reduce__."""
+    """Called from ObjectRef.__reduce__. Outside zmesh's own serialization (plain `pickle`,
+    cloudpickle of a closure that captured the ref) nothing tracks where the bytes go, so,
+    as Ray does with such "out-of-band" refs, the object is kept while this process lives:
+    one more count of it here that is never given back (once per object)."""
     collector = getattr(_local, "collector", None)
     if collector is not None:
         collector.refs.append(ref)
+        return
+    client = ref._client
+    if client is None or client.closed:
+        return
+    pinned = client.out_of_band
+    if ref.id not in pinned:
+        pinned.add(ref.id)
+        client.objects.incref(ref.id, ref.owner)
 
 
 def note_deserialized_ref(ref: Any) -> None:

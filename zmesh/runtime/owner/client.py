@@ -62,6 +62,7 @@ class CoreClient:
         self.worker_id = self.ids.prefix
         self.job_id = job_id
         self.closed = False
+        self.out_of_band: set[bytes] = set()  # objects whose refs left through plain pickle
         worker_bind = os.environ.get("ZMESH_WORKER_BIND") if kind == "worker" else None
         # Owners that lived on a node are known by this address prefix when the node dies.
         self.local_prefix = f"ipc://{session_dir}/"
