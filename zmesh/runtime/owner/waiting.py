@@ -37,17 +37,21 @@ class Waits:
         entries = objects.entries
         result: list[m.Value | None] = []
         missing: list[int] = []
+        borrowed = False
         for i, ref in enumerate(refs):
             entry = entries.get(ref.id)
             v = None if entry is None else entry.value
             result.append(v)
             if v is None:
                 missing.append(i)
+                if entry is not None and not entry.owned:
+                    borrowed = True
         if not missing:
             return result  # type: ignore[return-value]
         if client.node_watch.lost:  # nothing more will come
             raise NodeDiedError(client.node_watch.lost)
-        self.request_borrowed([refs[i] for i in missing])
+        if borrowed:  # (the values of refs we own come to us unasked)
+            self.request_borrowed([refs[i] for i in missing])
         waiter = Countdown(len(missing), fail_fast)
         for i in missing:
             if not objects.when_ready(refs[i].id, waiter.hit):
@@ -156,8 +160,8 @@ class Waits:
 class Flag:
     """A one-shot event for one waiting thread (what `loop.wait_event` needs): a lock held
     until `set`. A threading.Event builds a Condition and two locks per wait, and its set()
-    notifies through them: ~10% of a driver's CPU per synchronous call. Not safe for two
-    setters at once: Countdown sets it under its lock."""
+    notifies through them: ~10% of a driver's CPU per synchronous call. Two setters may
+    race (a value and a cancel): the lock is released once, the other release is ignored."""
 
     __slots__ = ("_lock", "_set")
 
@@ -172,39 +176,49 @@ class Flag:
     def set(self) -> None:
         if not self._set:
             self._set = True
-            self._lock.release()
+            try:
+                self._lock.release()
+            except RuntimeError:  # a racing setter released it (or a waiter took it) first
+                pass
 
     def wait(self, timeout: float | None = None) -> bool:
         if self._set:
             return True
         if self._lock.acquire(True, -1 if timeout is None else
                               min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
-            self._lock.release()  # it stays set: a later wait returns at once
+            try:
+                self._lock.release()  # it stays set: a later wait returns at once
+            except RuntimeError:  # a racing second setter released it meanwhile
+                pass
             return True
         return self._set
 
 
 class Countdown:
     """Sets `event` once `hit` has been called `n` times, from any threads (the loop's
-    callbacks race the registering thread's immediate ones, hence the lock)."""
+    callbacks race the registering thread's immediate ones, hence the lock). One ref
+    without fail_fast (a `get` of one ref) needs no count: its one hit sets the event."""
 
     __slots__ = ("left", "event", "_lock", "_fail_fast", "cancelled")
 
     def __init__(self, n: int, fail_fast: bool = False) -> None:
         self.left = n
         self.event = Flag()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock() if n != 1 or fail_fast else None
         self._fail_fast = fail_fast  # an error value ends the wait at once
         self.cancelled = False
 
     def cancel(self) -> None:
         """End the wait now: the waiting task was cancelled."""
-        with self._lock:
-            self.cancelled = True
-            self.event.set()
+        self.cancelled = True
+        self.event.set()
 
     def hit(self, value: Any) -> None:
-        with self._lock:
+        lock = self._lock
+        if lock is None:
+            self.event.set()
+            return
+        with lock:
             self.left -= 1
             if self.left <= 0 or (self._fail_fast and getattr(value, "is_error", False)):
                 self.event.set()
