@@ -310,7 +310,7 @@ class ActorMethod:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         client = context.current_client()
         handle = self._handle
-        rec = handle._record(client)
+        rec = client.actors.records.get(handle._actor_id) or handle._record(client)
         if handle._unordered:
             rec.unordered = True
         limit = handle._max_pending_calls

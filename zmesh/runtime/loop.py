@@ -184,14 +184,20 @@ class EventLoop:
     def _dispatch(self, sender: str, frames: list[Any]) -> None:
         if self.blocked and sender in self.blocked:
             return
+        # a header alone (most messages) decodes in one call; anything else, or a frame
+        # that does not decode, takes safe_unpack's checks (which log why it is dropped)
         try:
-            unpacked = codec.safe_unpack(frames, sender=sender, warnings=self._drops)
+            msg = codec.decode_small(frames[0]) if len(frames) == 1 else None
+            if msg is not None:
+                buffers: list[Any] = []
+            else:
+                unpacked = codec.safe_unpack(frames, sender=sender, warnings=self._drops)
+                if unpacked is None:
+                    return
+                msg, buffers = unpacked
         except Exception:  # a decoder bug must not stop the process either
             logger.exception("%s: cannot decode a message from %s; dropped", self.name, sender)
             return
-        if unpacked is None:
-            return
-        msg, buffers = unpacked
         self.received += 1  # for the message-rate metric (zmesh dashboard's /metrics)
         handler = self._handlers.get(type(msg))
         if handler is None:

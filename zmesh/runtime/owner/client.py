@@ -316,6 +316,8 @@ class CoreClient:
             failed = next((v for v in vals if v is not None and v.is_error), None)
         else:  # one ref (the common case: no generator), or none
             first = vals[0] if vals else None
+            if first is not None and first.loc is None and not first.is_error:
+                return [values.decode(first, None)]  # inline: nothing to read, or to lose
             failed = first if first is not None and first.is_error else None
         if failed is not None:  # as Ray: the first failure raises without waiting for the rest
             values.raise_if_error(failed, values.decode(failed, self.read))
