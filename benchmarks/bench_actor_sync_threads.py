@@ -3,7 +3,8 @@
 A driver calls `get(a.noop.remote())` in a loop; this reports calls/s, the latency of single
 calls (p50/p90/p99, and how many took over 1.5 ms), and for every thread of the driver and of
 the actor's worker its CPU time (user/system) and its wake-ups (voluntary context switches)
-and preemptions (involuntary ones) per call, read from /proc (Linux only). The figures that
+and preemptions (involuntary ones) per call, read from /proc (Linux only); "cpu us" is the
+scheduler's exact run time (schedstat), user/sys the sampled clock ticks. The figures that
 wall-clock swings on a shared host hide show here: a hand-off between threads is a wake-up,
 a thread woken while another holds the GIL sleeps and wakes again, and CPU per call is what
 bounds calls/s when every core is busy.
@@ -24,9 +25,12 @@ from typing import Any
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def thread_counters(pid: int) -> dict[int, tuple[str, float, float, int, int]]:
-    """tid -> (comm, user s, system s, voluntary switches, involuntary switches)."""
-    out: dict[int, tuple[str, float, float, int, int]] = {}
+def thread_counters(pid: int) -> dict[int, tuple[str, float, float, int, int, float]]:
+    """tid -> (comm, user s, system s, voluntary switches, involuntary switches, CPU s).
+
+    user/system come in clock ticks (sampled); the last figure is the scheduler's exact
+    run time of the thread (/proc/.../schedstat, ns), which short runs need."""
+    out: dict[int, tuple[str, float, float, int, int, float]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
@@ -39,23 +43,29 @@ def thread_counters(pid: int) -> dict[int, tuple[str, float, float, int, int]]:
                     if "ctxt_switches" in line:
                         key, value = line.split(":")
                         switches[key.strip()] = int(value)
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    run_s = int(f.read().split()[0]) / 1e9
+            except OSError:  # a kernel without schedstats: the ticks only
+                run_s = -1.0
         except OSError:  # the thread ended meanwhile
             continue
         out[int(tid)] = (comm, int(fields[11]) * TICK_S, int(fields[12]) * TICK_S,
                          switches.get("voluntary_ctxt_switches", 0),
-                         switches.get("nonvoluntary_ctxt_switches", 0))
+                         switches.get("nonvoluntary_ctxt_switches", 0), run_s)
     return out
 
 
 def per_call(before: dict[int, Any], after: dict[int, Any], names: dict[int, str],
              calls: int) -> list[dict[str, Any]]:
     rows = []
-    for tid, (comm, user, system, vol, invol) in sorted(after.items()):
+    for tid, (comm, user, system, vol, invol, run) in sorted(after.items()):
         if tid not in before:
             continue
-        _, user0, system0, vol0, invol0 = before[tid]
+        _, user0, system0, vol0, invol0, run0 = before[tid]
         row = {"thread": names.get(tid, comm), "tid": tid,
                "user_us": (user - user0) / calls * 1e6, "sys_us": (system - system0) / calls * 1e6,
+               "cpu_us": (run - run0) / calls * 1e6 if run0 >= 0 else -1.0,
                "wakeups": (vol - vol0) / calls, "preempted": (invol - invol0) / calls}
         if row["user_us"] + row["sys_us"] > 0 or row["wakeups"] > 0.05:
             rows.append(row)
@@ -117,12 +127,16 @@ def main() -> None:
           f"{' '.join(f'{r:.0f}' for r in rates)}); latency p50 {lat['p50']:.0f} us, "
           f"p90 {lat['p90']:.0f} us, p99 {lat['p99']:.0f} us, "
           f"{report['over_1_5_ms']} of {n} over 1.5 ms")
-    print(f"{'process':8s} {'thread':24s} {'user us':>8s} {'sys us':>7s} {'wake-ups':>9s} "
-          f"{'preempted':>10s}   (per call)")
+    print(f"{'process':8s} {'thread':24s} {'cpu us':>7s} {'user us':>8s} {'sys us':>7s} "
+          f"{'wake-ups':>9s} {'preempted':>10s}   (per call)")
     for side in ("driver", "worker"):
         for row in report[side]:
-            print(f"{side:8s} {row['thread'][:24]:24s} {row['user_us']:8.1f} {row['sys_us']:7.1f} "
-                  f"{row['wakeups']:9.2f} {row['preempted']:10.2f}")
+            print(f"{side:8s} {row['thread'][:24]:24s} {row['cpu_us']:7.1f} {row['user_us']:8.1f} "
+                  f"{row['sys_us']:7.1f} {row['wakeups']:9.2f} {row['preempted']:10.2f}")
+        rows = report[side]
+        print(f"{side:8s} {'(all threads)':24s} {sum(r['cpu_us'] for r in rows):7.1f} "
+              f"{sum(r['user_us'] for r in rows):8.1f} {sum(r['sys_us'] for r in rows):7.1f} "
+              f"{sum(r['wakeups'] for r in rows):9.2f} {sum(r['preempted'] for r in rows):10.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
