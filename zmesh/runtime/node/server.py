@@ -128,7 +128,7 @@ class Node:
         self.pool: Any = make_pool(self) if make_pool is not None else WorkerPool(
             self.address, session_dir, self.loop.call_soon, self._worker_exited,
             {"ZMESH_NODE_ID": self.node_id, "ZMESH_STORE_DIR": self.store_dir,
-             "ZMESH_JOB_ID": self.job_id, **_worker_bind_env(host)})
+             "ZMESH_JOB_ID": self.job_id, **_worker_bind_env(host), **_mesh_env()})
         self.control = ControlAgent(self.loop, self.mesh_address)
         self.actors = ActorManager(self)
         self.forwarder = Forwarder(ForwardPorts(
@@ -390,6 +390,18 @@ def _worker_bind_env(host: str) -> dict[str, str]:
     if is_loopback(host):
         return {}
     return {"ZMESH_WORKER_BIND": f"tcp://{host}:0"}
+
+
+def _mesh_env() -> dict[str, str]:
+    """The mesh the node's workers belong to, as the node resolved it (token, or insecure):
+    the fork server may have been forked before that (node/main.py), so it goes with every
+    spawn; a worker without it would make a mesh of its own that nobody reaches over tcp."""
+    from zmesh.security import keys
+
+    if os.environ.get(keys.INSECURE_ENV) == "1":
+        return {keys.INSECURE_ENV: "1"}
+    token = os.environ.get(keys.TOKEN_ENV, "")
+    return {keys.TOKEN_ENV: token} if token else {}
 
 
 def total_memory() -> int:
