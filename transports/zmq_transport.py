@@ -77,6 +77,11 @@ _POLLIN = int(zmq.POLLIN)
 _wake_ids = itertools.count()
 
 
+def _ipc_peer_gone(address: str) -> bool:
+    """True for an ipc address on the filesystem whose socket file no longer exists."""
+    return address.startswith("ipc:///") and not os.path.exists(address[len("ipc://"):])
+
+
 class ZmqEndpoint(Endpoint):
     """A ROUTER bound at `address` plus a DEALER per peer; see `Endpoint` for the contract.
 
@@ -470,8 +475,10 @@ class ZmqEndpoint(Endpoint):
             self._waker = None
         if waker is not None:
             waker.close()
-        for dealer in self._peers.values():
-            dealer.close()
+        for to, dealer in self._peers.items():
+            # close() lingers to flush what is queued; to an ipc peer whose socket file is
+            # gone (it closed first, as a driver that stops its node) nothing can be flushed.
+            dealer.close(linger=0 if _ipc_peer_gone(to) else None)
         self._peers.clear()
         for sender in list(getattr(self, "_thread_senders", ())):
             sender.close()

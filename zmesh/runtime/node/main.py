@@ -9,6 +9,7 @@ the driver that started this process imports its client meanwhile.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 
@@ -31,7 +32,13 @@ def main() -> None:
         fork_server_early(f"ipc://{os.path.join(session_dir, 'node.sock')}", session_dir)
     from zmesh.runtime.node import launch
 
-    launch.run_main(argv)
+    launch.run_main(argv)  # returns once the node's teardown released all it held
+    # The interpreter's own exit would collect and finalize every module first (~50-100 ms
+    # that its driver's shutdown() waits for) and free nothing the teardown did not.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
