@@ -340,6 +340,8 @@ def returned(client: Any, num_returns: int, refs: list[ObjectRef], task_id: byte
     if num_returns == DYNAMIC:
         open_stream(client, task_id, refs[0], backpressure, True)
         return refs[0]
+    if num_returns == 0:  # as Ray: nothing to get (the call still runs, for its effects)
+        return None
     return refs[0] if num_returns == 1 else refs
 
 

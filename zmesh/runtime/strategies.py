@@ -24,6 +24,8 @@ def encode_strategy(strategy: Any, *, pg_default: Any = None) -> bytes:
     kind = type(strategy).__name__
     if kind == "PlacementGroupSchedulingStrategy":
         pg = strategy.placement_group
+        if pg is None:  # as Ray: no group (the way out of a parent's captured group)
+            return b""
         check_bundle_index(pg, strategy.placement_group_bundle_index)
         # the capture flag and the bundles travel along, for the work's own children
         return msgspec.msgpack.encode(["pg", pg.id.hex(), int(strategy.placement_group_bundle_index),

@@ -199,3 +199,42 @@ def test_cluster_address_before_any_node_is_none():
         assert cluster.address is None
     finally:
         cluster.shutdown()
+
+
+def test_num_returns_zero_returns_none_and_the_call_still_runs(ray, tmp_path):
+    # ray source (RemoteFunction._remote / ActorMethod._remote): with num_returns=0,
+    # .remote() returns None; the task or call runs for its effects.
+    from runtime_fixtures import wait_until
+
+    @ray.remote(num_returns=0)
+    def touch(path):
+        open(path, "w").close()
+
+    @ray.remote
+    class Toucher:
+        @ray.method(num_returns=0)
+        def touch(self, path):
+            open(path, "w").close()
+
+        def ping(self):
+            return "pong"
+
+    assert touch.remote(str(tmp_path / "task")) is None
+    assert wait_until((tmp_path / "task").exists, timeout=30)
+    t = Toucher.remote()
+    assert t.touch.remote(str(tmp_path / "call")) is None
+    assert ray.get(t.ping.remote(), timeout=30) == "pong"  # (calls run in order)
+    assert (tmp_path / "call").exists()
+
+
+def test_placement_group_strategy_without_a_group_is_the_default(ray):
+    # ray source (PlacementGroupSchedulingStrategy with placement_group=None): no group,
+    # the way a task leaves its parent's captured group.
+    from zmesh.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    @ray.remote
+    def one():
+        return 1
+
+    strategy = PlacementGroupSchedulingStrategy(None)
+    assert ray.get(one.options(scheduling_strategy=strategy).remote(), timeout=30) == 1
