@@ -53,9 +53,14 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def far_node(wire: Wire) -> Iterator[NsNode]:  # noqa: F811  (the imported fixture)
-    node = start_node(wire.a, SUBNET.format(wire.net, 1))
+@pytest.fixture(params=["address", "0.0.0.0"])
+def far_node(request: pytest.FixtureRequest,
+             wire: Wire) -> Iterator[NsNode]:  # noqa: F811  (the imported fixture)
+    # --host 0.0.0.0: the node binds and is named by this namespace's own address instead
+    # (0.0.0.0 cannot be reached or proven from another machine)
+    host = SUBNET.format(wire.net, 1) if request.param == "address" else "0.0.0.0"
+    node = start_node(wire.a, host)
+    assert node.address.startswith(f"tcp://{SUBNET.format(wire.net, 1)}:"), node.address
     try:
         yield node
     finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["LOOPBACK_BIND", "bind_to_reach"]
+__all__ = ["LOOPBACK_BIND", "bind_to_reach", "host_to_bind"]
 
 LOOPBACK_BIND = "tcp://127.0.0.1:0"
 
@@ -36,3 +36,51 @@ def bind_to_reach(address: str) -> str:
     except (OSError, IndexError, ValueError):
         return LOOPBACK_BIND
     return LOOPBACK_BIND if local.startswith("127.") else f"tcp://{local}:0"
+
+
+ANY_HOSTS = ("0.0.0.0", "", "*")
+
+
+def host_to_bind(host: str) -> str:
+    """The address a node binds for `--host`: itself, except for "any address" (0.0.0.0),
+    which other machines cannot reach or prove, and a node is named by the address it
+    binds. For that, this machine's address: the one its default route leaves by, else its
+    first interface that is not loopback. ValueError when there is none."""
+    if host not in ANY_HOSTS:
+        return host
+    found = _default_route_source() or _first_interface_address()
+    if not found:
+        raise ValueError("--host 0.0.0.0: a node is named by the address it binds, and other "
+                         "machines cannot reach 0.0.0.0; no address of this machine was found "
+                         "to use instead: pass it with --host")
+    return found
+
+
+def _default_route_source() -> str:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 9))  # a route lookup: UDP connect sends nothing
+            local = str(probe.getsockname()[0])
+    except OSError:
+        return ""
+    return "" if local.startswith("127.") or local == "0.0.0.0" else local
+
+
+def _first_interface_address() -> str:
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915  # Linux: an interface's IPv4 address
+    for _, name in socket.if_nameindex():
+        if name == "lo":
+            continue
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                packed = fcntl.ioctl(s.fileno(), siocgifaddr,
+                                     struct.pack("256s", name[:15].encode()))
+        except OSError:  # no IPv4 address on it
+            continue
+        address = socket.inet_ntoa(packed[20:24])
+        if not address.startswith("127."):
+            return address
+    return ""

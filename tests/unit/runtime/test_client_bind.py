@@ -62,3 +62,12 @@ def test_a_status_query_of_a_node_on_a_real_interface_binds_that_interface(
         with pytest.raises(ZmeshError):  # nobody there: only the bind is looked at
             querier.query(f"{this_machine}:{_free_port()}", "node", timeout=0.2)
         assert querier.endpoint.address.startswith(f"tcp://{this_machine}:")
+
+
+def test_a_node_asked_to_bind_any_address_binds_this_machines_own() -> None:
+    from zmesh.runtime.addresses import host_to_bind
+
+    assert host_to_bind("127.0.0.1") == "127.0.0.1"
+    assert host_to_bind("10.1.2.3") == "10.1.2.3"  # (named hosts are kept as given)
+    chosen = host_to_bind("0.0.0.0")
+    assert chosen not in ("0.0.0.0", "") and not chosen.startswith("127.")

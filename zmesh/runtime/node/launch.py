@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from zmesh.errors import TransportError, ZmeshError
+from zmesh.runtime.addresses import host_to_bind
 from zmesh.runtime.node.credentials import check_seeds, resolve, save_token
 from zmesh.runtime.node.server import Node, total_memory
 from zmesh.runtime.node.zygote import set_parent_death_signal
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.insecure:
         logger.warning("zmesh node runs with --insecure: no authentication and no encryption; "
                        "anyone who reaches its port can run code as this user")
+    try:
+        a.host = host_to_bind(a.host)
+    except ValueError as exc:
+        raise SystemExit(f"zmesh node: {exc}") from None
     try:
         node = Node(a.session_dir, num_cpus=a.num_cpus, num_gpus=a.num_gpus,
                     resources=resources, object_store_memory=store_mem,
