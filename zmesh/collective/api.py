@@ -139,92 +139,101 @@ def get_collective_group_size(group_name: str = "default") -> int:
 
 
 # -- collectives -------------------------------------------------------------------------------
+# Each looks its group up with one dict read (atomic under the GIL; _group() only on a miss)
+# and hands torch's bound method to CollectiveGroup.run: what a training loop calls per step
+# stays within a few Python frames of a plain `pg.allreduce([t]).wait()`.
 def allreduce(tensor: Any, group_name: str = "default", op: ReduceOp = ReduceOp.SUM) -> None:
     """Combine `tensor` across the group, in place on every member."""
-    g = _group(group_name)
-    opts = _allreduce_options(op)
-    g.run("allreduce", lambda: g.pg.allreduce([tensor], opts))
+    g = _groups.get(group_name) or _group(group_name)
+    opts = _ALLREDUCE_OPTIONS.get(id(op)) or _reduce_options(_ALLREDUCE_OPTIONS, "Allreduce", op)
+    g.run("allreduce", g.pg.allreduce, [tensor], opts)
 
 
-_ALLREDUCE_OPTIONS: dict[ReduceOp, Any] = {}
+# torch's options by id of a ReduceOp member (members live for good, so their ids are never
+# reused; an Enum's __hash__ is Python code), made once: torch only reads them.
+_ALLREDUCE_OPTIONS: dict[int, Any] = {}
+_REDUCE_OPTIONS: dict[tuple[int, int], Any] = {}
+_REDUCE_SCATTER_OPTIONS: dict[int, Any] = {}
+_BROADCAST_OPTIONS: dict[int, Any] = {}
 
 
-def _allreduce_options(op: ReduceOp) -> Any:
-    """torch's options for `op`, made once (torch only reads them): the hot call of a
-    training loop does no more Python than it must."""
-    opts = _ALLREDUCE_OPTIONS.get(op)
-    if opts is None:
-        import torch.distributed as dist
+def _reduce_options(cache: dict[Any, Any], kind: str, op: ReduceOp, root: int = -1) -> Any:
+    """Make, keep and return torch's `{kind}Options` for `op` (and `root`, for reduce)."""
+    import torch.distributed as dist
 
-        opts = dist.AllreduceOptions()
-        opts.reduceOp = op.to_torch()
-        _ALLREDUCE_OPTIONS[op] = opts
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"op must be a zmesh.collective.ReduceOp (SUM, PRODUCT, MIN, MAX), "
+                        f"got {op!r}")
+    opts = getattr(dist, f"{kind}Options")()
+    opts.reduceOp = op.to_torch()
+    if root >= 0:
+        opts.rootRank = root
+        cache[(id(op), root)] = opts
+    else:
+        cache[id(op)] = opts
     return opts
 
 
 def reduce(tensor: Any, dst_rank: int = 0, group_name: str = "default",
            op: ReduceOp = ReduceOp.SUM) -> None:
     """Combine `tensor` across the group into `dst_rank`'s tensor."""
-    import torch.distributed as dist
-
-    g = _group(group_name)
-    opts = dist.ReduceOptions()
-    opts.reduceOp = op.to_torch()
-    opts.rootRank = _rank_in(g, dst_rank, "dst_rank")
-    g.run("reduce", lambda: g.pg.reduce([tensor], opts))
+    g = _groups.get(group_name) or _group(group_name)
+    root = _rank_in(g, dst_rank, "dst_rank")
+    opts = _REDUCE_OPTIONS.get((id(op), root)) or _reduce_options(_REDUCE_OPTIONS, "Reduce",
+                                                                  op, root)
+    g.run("reduce", g.pg.reduce, [tensor], opts)
 
 
 def broadcast(tensor: Any, src_rank: int = 0, group_name: str = "default") -> None:
     """Copy `src_rank`'s tensor into every member's `tensor`."""
-    import torch.distributed as dist
+    g = _groups.get(group_name) or _group(group_name)
+    root = _rank_in(g, src_rank, "src_rank")
+    opts = _BROADCAST_OPTIONS.get(root)
+    if opts is None:
+        import torch.distributed as dist
 
-    g = _group(group_name)
-    opts = dist.BroadcastOptions()
-    opts.rootRank = _rank_in(g, src_rank, "src_rank")
-    g.run("broadcast", lambda: g.pg.broadcast([tensor], opts))
+        opts = _BROADCAST_OPTIONS[root] = dist.BroadcastOptions()
+        opts.rootRank = root
+    g.run("broadcast", g.pg.broadcast, [tensor], opts)
 
 
 def allgather(tensor_list: list[Any], tensor: Any, group_name: str = "default") -> None:
     """Fill `tensor_list[r]` with rank r's `tensor`, on every member."""
-    g = _group(group_name)
+    g = _groups.get(group_name) or _group(group_name)
     if len(tensor_list) != g.world_size:
         raise ValueError(f"allgather needs a list of {g.world_size} tensors, got "
                          f"{len(tensor_list)}")
-    g.run("allgather", lambda: g.pg.allgather([tensor_list], [tensor]))
+    g.run("allgather", g.pg.allgather, [tensor_list], [tensor])
 
 
 def reduce_scatter(tensor: Any, tensor_list: list[Any], group_name: str = "default",
                    op: ReduceOp = ReduceOp.SUM) -> None:
     """Combine `tensor_list` across the group; rank r gets the r-th result in `tensor`."""
-    import torch.distributed as dist
-
-    g = _group(group_name)
+    g = _groups.get(group_name) or _group(group_name)
     if len(tensor_list) != g.world_size:
         raise ValueError(f"reduce_scatter needs a list of {g.world_size} tensors, got "
                          f"{len(tensor_list)}")
-    opts = dist.ReduceScatterOptions()
-    opts.reduceOp = op.to_torch()
-    g.run("reduce_scatter", lambda: g.pg.reduce_scatter([tensor], [tensor_list], opts))
+    opts = _REDUCE_SCATTER_OPTIONS.get(id(op)) or _reduce_options(_REDUCE_SCATTER_OPTIONS,
+                                                                  "ReduceScatter", op)
+    g.run("reduce_scatter", g.pg.reduce_scatter, [tensor], [tensor_list], opts)
 
 
 def send(tensor: Any, dst_rank: int, group_name: str = "default") -> None:
     """Send `tensor` to `dst_rank` (which calls recv)."""
-    g = _group(group_name)
-    dst = _rank_in(g, dst_rank, "dst_rank")
-    g.run("send", lambda: g.pg.send([tensor], dst, 0))
+    g = _groups.get(group_name) or _group(group_name)
+    g.run("send", g.pg.send, [tensor], _rank_in(g, dst_rank, "dst_rank"), 0)
 
 
 def recv(tensor: Any, src_rank: int, group_name: str = "default") -> None:
     """Receive into `tensor` what `src_rank` sends."""
-    g = _group(group_name)
-    src = _rank_in(g, src_rank, "src_rank")
-    g.run("recv", lambda: g.pg.recv([tensor], src, 0))
+    g = _groups.get(group_name) or _group(group_name)
+    g.run("recv", g.pg.recv, [tensor], _rank_in(g, src_rank, "src_rank"), 0)
 
 
 def barrier(group_name: str = "default") -> None:
     """Wait until every member reached the barrier."""
-    g = _group(group_name)
-    g.run("barrier", lambda: g.pg.barrier())
+    g = _groups.get(group_name) or _group(group_name)
+    g.run("barrier", g.pg.barrier)
 
 
 def _rank_in(g: CollectiveGroup, rank: int, what: str) -> int:

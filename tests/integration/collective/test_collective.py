@@ -93,6 +93,38 @@ class Member:
             return str(exc)
         return "no error"
 
+    def ops_in_turn(self, name: str) -> dict:
+        """Each reduce op and root twice, interleaved: torch's options are kept per op and
+        root, so a mix-up would show as a wrong result on the second pass."""
+        import zmesh.collective as col
+
+        r, out = self.rank, {}
+        for step in range(2):
+            for op in (col.ReduceOp.SUM, col.ReduceOp.MAX, col.ReduceOp.MIN,
+                       col.ReduceOp.PRODUCT):
+                t = torch.full((2,), float(r + 2))
+                col.allreduce(t, name, op=op)
+                out[f"allreduce {op.name} {step}"] = t[0].item()
+                t = torch.full((1,), float(r + 2))
+                col.reduce(t, dst_rank=step, group_name=name, op=op)
+                out[f"reduce {op.name} at {step}"] = t[0].item() if r == step else None
+                t = torch.zeros(1)
+                col.reduce_scatter(t, [torch.full((1,), float(r + 2))] * self.world, name,
+                                   op=op)
+                out[f"reduce_scatter {op.name} {step}"] = t[0].item()
+            for src in (1, 0):
+                t = torch.full((1,), float(r + 10))
+                col.broadcast(t, src_rank=src, group_name=name)
+                out[f"broadcast from {src} {step}"] = t[0].item()
+        try:
+            col.allreduce(torch.ones(1), name, op="sum")  # type: ignore[arg-type]
+        except TypeError as exc:
+            out["bad op"] = str(exc)
+        t = torch.ones(1)
+        col.allreduce(t, name)  # a bad argument leaves the group whole
+        out["after"] = t[0].item()
+        return out
+
     def leave(self, name: str) -> None:
         import zmesh.collective as col
 
@@ -127,6 +159,25 @@ def test_create_collective_group_from_the_driver(ray):
                                 group_name="declared")
     check(ray.get([m.everything.remote("declared") for m in members], timeout=120), 2)
     ray.get([m.leave.remote("declared") for m in members], timeout=60)
+
+
+def test_each_reduce_op_and_root_gets_its_own_options(ray):
+    members = [Member.remote(r, 2) for r in range(2)]
+    assert ray.get([m.join.remote("ops") for m in members], timeout=120) == [True] * 2
+    got = ray.get([m.ops_in_turn.remote("ops") for m in members], timeout=120)
+    want = {"SUM": 5.0, "MAX": 3.0, "MIN": 2.0, "PRODUCT": 6.0}  # ranks hold 2 and 3
+    for r, out in enumerate(got):
+        for step in range(2):
+            for op, value in want.items():
+                assert out[f"allreduce {op} {step}"] == value
+                assert out[f"reduce_scatter {op} {step}"] == value
+                assert out[f"reduce {op} at {step}"] == (value if r == step else None)
+            assert out[f"broadcast from 1 {step}"] == 11.0
+            assert out[f"broadcast from 0 {step}"] == 10.0
+        assert "op must be a zmesh.collective.ReduceOp" in out["bad op"]
+        assert "'sum'" in out["bad op"]
+        assert out["after"] == 2.0
+    ray.get([m.leave.remote("ops") for m in members], timeout=60)
 
 
 def test_send_and_recv_wait_for_a_late_peer(ray):

@@ -1,0 +1,417 @@
+"""allreduce (and broadcast) in a zmesh collective group vs raw torch.distributed between
+two plain processes, gloo on CPU; and where the difference comes from.
+
+Three columns, each two processes running the same tensor through the same collective:
+- raw: two plain processes (spawned by this script) with a gloo group of their own, calling
+  `pg.allreduce([t]).wait()` (`pg.broadcast([t], 0).wait()`): the target's denominator;
+- api: two zmesh actors in a declared collective group, calling `zmesh.collective.allreduce`
+  (`broadcast`): what a user gets;
+- pg: the same two actors calling torch's `pg.allreduce([t]).wait()` on the group's own
+  process group: api/pg is what the API's Python adds, pg/raw what living in an actor
+  worker (its threads, its node beside it) adds.
+
+Honest under load (this 2-core host is shared; wall time swings by tens of percent):
+- interleaved: every (size, op) runs --blocks blocks; a block runs every column for --reps
+  collectives, the columns' order rotating block by block; every block of every column
+  starts with a barrier and one untimed warm-up collective, then times each collective;
+- each process times its own collectives: both ranks' times are pooled (p10, p50);
+- the verdict is the median over blocks of each block's p50 ratio (api p50 / raw p50 in
+  the same block), printed with its lowest and highest block: a block's columns ran within
+  a second of each other, so load that comes and goes moves both;
+- CPU per collective of both processes (time.process_time, every thread), the median over
+  blocks; with --threads, split by thread (the caller, gloo's threads, zmesh's own threads,
+  others) with their wake-ups, from /proc/<pid>/task/*/schedstat; and the node's CPU;
+- the load average at start and end of every size; nothing is discarded.
+- --wrapper: the API's own cost per call without any data moving (torch's process group
+  replaced by one whose works are already done), vs calling that stub directly.
+
+    python benchmarks/bench_collective.py                   # 1, 4, 16, 64 MB
+    python benchmarks/bench_collective.py --quick           # 1, 4 MB, fewer reps
+    python benchmarks/bench_collective.py --sizes 1,64 --blocks 12 --reps 10 --threads
+    python benchmarks/bench_collective.py --ops allreduce,broadcast --wrapper
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing as mp
+import os
+import queue
+import statistics
+import threading
+import time
+from typing import Any
+
+import torch
+
+import zmesh
+import zmesh.collective as col
+
+SIZES_MB = [1, 4, 16, 64]
+COLUMNS = ("raw", "api", "pg")
+GROUP = "bench"
+KINDS = ("caller", "gloo", "main", "watchdog", "py", "native")
+# One block of one column in one process: its collectives' times, its CPU seconds per
+# collective, and per thread kind (CPU seconds, wake-ups) per collective.
+Block = tuple[list[float], float, dict[str, tuple[float, float]]]
+
+
+def threads_now() -> dict[int, tuple[str, int, int]]:
+    """Every thread of this process: tid -> (kind, run ns, times it was put on a core)."""
+    python = {t.native_id: t.name for t in threading.enumerate()}
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                run_ns, _wait, slices = f.read().split()
+        except OSError:  # the thread ended between listdir and open
+            continue
+        out[int(tid)] = (kind_of(python.get(int(tid)), comm), int(run_ns), int(slices))
+    return out
+
+
+def kind_of(python_name: str | None, comm: str) -> str:
+    """gloo's threads; in a worker, MainThread is zmesh's event loop; `collective-*` the
+    group's watchdog; other Python threads (log pumps, ...); other native threads."""
+    if comm.startswith(("gloo", "pt_gloo")):
+        return "gloo"
+    if python_name is None:
+        return "native"
+    if python_name == "MainThread":
+        return "main"
+    if python_name.startswith("collective-"):
+        return "watchdog"
+    return "py"
+
+
+def by_kind(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
+            caller: int, n: int) -> dict[str, tuple[float, float]]:
+    """CPU seconds and wake-ups per collective, by thread kind (threads born meanwhile count
+    from zero)."""
+    out: dict[str, list[float]] = {}
+    for tid, (kind, run_ns, slices) in after.items():
+        _, run0, slices0 = before.get(tid, (kind, 0, 0))
+        acc = out.setdefault("caller" if tid == caller else kind, [0.0, 0.0])
+        acc[0] += (run_ns - run0) / 1e9 / n
+        acc[1] += (slices - slices0) / n
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def timed(call: Any, barrier: Any, reps: int) -> Block:
+    """Warm up, meet the peer, then time `reps` calls of `call` here."""
+    call()
+    barrier()
+    times = []
+    caller = threading.get_native_id()
+    before, cpu0 = threads_now(), time.process_time()
+    for _ in range(reps):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    cpu1, after = time.process_time(), threads_now()
+    return times, (cpu1 - cpu0) / reps, by_kind(before, after, caller, reps)
+
+
+def torch_call(pg: Any, op: str, t: Any) -> Any:
+    """torch's own call, as a plain torch.distributed program makes it."""
+    import torch.distributed as dist
+
+    if op == "allreduce":
+        return lambda: pg.allreduce([t]).wait()
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    return lambda: pg.broadcast([t], opts).wait()
+
+
+@zmesh.remote
+class Member:
+    def run(self, column: str, op: str, nbytes: int, reps: int) -> Block:
+        from zmesh.collective.api import _group
+
+        t = torch.ones(nbytes // 4)
+        g = _group(GROUP)  # joins the declared group on first use
+        if column == "api":
+            call = (lambda: col.allreduce(t, GROUP)) if op == "allreduce" else \
+                (lambda: col.broadcast(t, 0, GROUP))
+        else:
+            call = torch_call(g.pg, op, t)
+        return timed(call, lambda: col.barrier(GROUP), reps)
+
+    def wrapper_us(self, calls: int) -> tuple[float, float]:
+        """Microseconds per call of col.allreduce and of the stub it calls, best of 5
+        rounds, with torch's process group swapped for one whose works are done at once."""
+        from zmesh.collective.api import _group
+
+        g = _group(GROUP)
+        t, stub, real = torch.ones(4), _StubGroup(), g.pg
+        best = [float("inf"), float("inf")]
+        g.pg = stub
+        try:
+            for _ in range(5):
+                for i, call in enumerate((lambda: col.allreduce(t, GROUP),
+                                          lambda: stub.allreduce([t]).wait())):
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        call()
+                    best[i] = min(best[i], (time.perf_counter() - start) / calls * 1e6)
+        finally:
+            g.pg = real
+        return best[0], best[1]
+
+
+class _Done:
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class _StubGroup:
+    done = _Done()
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> _Done:
+        return self.done
+
+
+def _raw_peer(rank: int, port: int, todo: Any, out: Any) -> None:
+    """One of the two plain processes: runs each (op, size, reps) it is told (None: stop)."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=300))
+    pg = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=300))
+    while (job := todo.get()) is not None:
+        op, nbytes, reps = job
+        t = torch.ones(nbytes // 4)
+        out.put((rank, timed(torch_call(pg, op, t), lambda: pg.barrier().wait(), reps)))
+
+
+class Raw:
+    """The two plain processes, kept for the whole run."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        probe = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)  # type: ignore[attr-defined]
+        port = probe.port
+        del probe
+        ctx = mp.get_context("spawn")
+        self.out: Any = ctx.Queue()
+        self.todo = [ctx.Queue() for _ in range(2)]
+        self.procs = [ctx.Process(target=_raw_peer, args=(r, port, self.todo[r], self.out),
+                                  daemon=True) for r in range(2)]
+        for p in self.procs:
+            p.start()
+
+    def run(self, op: str, nbytes: int, reps: int) -> list[Block]:
+        for q in self.todo:
+            q.put((op, nbytes, reps))
+        got: dict[int, Block] = {}
+        deadline = time.monotonic() + 1200
+        while len(got) < 2:
+            try:
+                rank, block = self.out.get(timeout=1.0)
+                got[rank] = block
+            except queue.Empty:
+                dead = [p.exitcode for p in self.procs if not p.is_alive()]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"a raw peer died (exit codes {dead}) or timed out") from None
+        return [got[0], got[1]]
+
+    def stop(self) -> None:
+        for q in self.todo:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()
+
+
+def node_pids() -> list[int]:
+    """This driver's zmesh node process(es), found by parent pid and command line."""
+    me, found = os.getpid(), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me and b"zmesh.runtime.node" in cmd:
+            found.append(int(pid))
+    return found
+
+
+def proc_cpu_s(pids: list[int]) -> float:
+    """Run time of every thread of `pids`, seconds."""
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except OSError:
+                continue
+    return total / 1e9
+
+
+class Sample:
+    """Every block of one (size, op): both processes' Blocks per column, and node CPU."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[str, list[list[Block]]] = {c: [] for c in COLUMNS}
+        self.node_cpu: dict[str, list[float]] = {c: [] for c in COLUMNS}
+
+    def times(self, column: str) -> list[float]:
+        return [t for both in self.blocks[column] for b in both for t in b[0]]
+
+    def p(self, column: str, q: float) -> float:
+        return pct(self.times(column), q) * 1e3
+
+    def block_p50(self, column: str) -> list[float]:
+        return [statistics.median([t for b in both for t in b[0]])
+                for both in self.blocks[column]]
+
+    def ratios(self, num: str, den: str) -> list[float]:
+        return [a / b for a, b in zip(self.block_p50(num), self.block_p50(den))]
+
+    def cpu_ms(self, column: str) -> float:
+        return statistics.median(sum(b[1] for b in both) for both in self.blocks[column]) * 1e3
+
+    def kinds_ms(self, column: str) -> dict[str, tuple[float, float]]:
+        """Median over blocks of each thread kind's CPU ms and wake-ups per collective,
+        both processes summed."""
+        per_block: dict[str, list[tuple[float, float]]] = {}
+        for both in self.blocks[column]:
+            summed: dict[str, list[float]] = {}
+            for b in both:
+                for kind, (cpu, wakes) in b[2].items():
+                    acc = summed.setdefault(kind, [0.0, 0.0])
+                    acc[0] += cpu
+                    acc[1] += wakes
+            for kind, (cpu, wakes) in summed.items():
+                per_block.setdefault(kind, []).append((cpu, wakes))
+        return {k: (statistics.median(c for c, _ in v) * 1e3, statistics.median(w for _, w in v))
+                for k, v in per_block.items()}
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of `values`, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def measure(op: str, nbytes: int, blocks: int, reps: int, raw: Raw, members: list[Any],
+            node: list[int]) -> Sample:
+    """`blocks` blocks of every column, interleaved, the order rotating."""
+    s = Sample()
+    for block in range(blocks):
+        k = block % len(COLUMNS)
+        for column in COLUMNS[k:] + COLUMNS[:k]:
+            n0 = proc_cpu_s(node)
+            if column == "raw":
+                both = raw.run(op, nbytes, reps)
+            else:
+                both = zmesh.get([m.run.remote(column, op, nbytes, reps) for m in members])
+            s.node_cpu[column].append((proc_cpu_s(node) - n0) / reps)
+            s.blocks[column].append(both)
+    return s
+
+
+def fmt_size(n: int) -> str:
+    return f"{n >> 20} MB" if n >= 1 << 20 else f"{n >> 10} KB"
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):5.2f}x [{min(values):4.2f}-{max(values):4.2f}]"
+
+
+def report(op: str, nbytes: int, s: Sample, load: tuple[float, float]) -> None:
+    print(f"{op:>9} {fmt_size(nbytes):>6} | {s.p('raw', .1):7.2f} {s.p('raw', .5):7.2f} | "
+          f"{s.p('api', .1):7.2f} {s.p('api', .5):7.2f} | {s.p('pg', .1):7.2f} "
+          f"{s.p('pg', .5):7.2f} | {spread(s.ratios('api', 'raw'))} "
+          f"{spread(s.ratios('pg', 'raw'))} {spread(s.ratios('api', 'pg'))} | "
+          f"{s.cpu_ms('raw'):7.2f} {s.cpu_ms('api'):7.2f} {s.cpu_ms('pg'):7.2f} "
+          f"{s.cpu_ms('api') / s.cpu_ms('raw'):5.2f}x | {load[0]:.1f}-{load[1]:.1f}",
+          flush=True)
+
+
+def report_threads(op: str, nbytes: int, s: Sample) -> None:
+    for column in COLUMNS:
+        kinds = s.kinds_ms(column)
+        parts = " ".join(f"{k} {kinds[k][0]:6.3f} ms/{kinds[k][1]:5.2f}"
+                         for k in KINDS if k in kinds)
+        node = statistics.median(s.node_cpu[column]) * 1e3
+        print(f"{op:>9} {fmt_size(nbytes):>6} {column:>4} | {parts} | node {node:6.3f} ms",
+              flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 and 4 MB, fewer blocks")
+    parser.add_argument("--sizes", default="", help="sizes in MB, comma-separated")
+    parser.add_argument("--ops", default="allreduce", help="allreduce,broadcast")
+    parser.add_argument("--blocks", type=int, default=0, help="interleaved blocks per size")
+    parser.add_argument("--reps", type=int, default=0, help="collectives per block and column")
+    parser.add_argument("--threads", action="store_true", help="CPU by thread kind, node CPU")
+    parser.add_argument("--wrapper", action="store_true", help="the API's cost per call alone")
+    args = parser.parse_args()
+    sizes_mb = [float(x) for x in args.sizes.split(",")] if args.sizes else \
+        (SIZES_MB[:2] if args.quick else SIZES_MB)
+    ops = args.ops.split(",")
+    if not set(ops) <= {"allreduce", "broadcast"}:
+        parser.error(f"--ops takes allreduce and/or broadcast, got {args.ops!r}")
+    blocks = args.blocks or (4 if args.quick else 8)
+    reps = args.reps or (6 if args.quick else 10)
+
+    zmesh.init(num_cpus=4)
+    members = [Member.remote() for _ in range(2)]
+    col.create_collective_group(members, 2, [0, 1], backend="gloo", group_name=GROUP)
+    raw = Raw()
+    try:
+        run_all([int(mb * (1 << 20)) for mb in sizes_mb], ops, blocks, reps, raw, members,
+                args.threads, args.wrapper)
+    finally:
+        raw.stop()
+        zmesh.shutdown()
+
+
+def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
+            members: list[Any], threads: bool, wrapper: bool) -> None:
+    node = node_pids()
+    print(f"gloo on CPU, {os.cpu_count()} cores; per size {blocks} interleaved blocks x {reps} "
+          f"collectives per column, both ranks timed (p10/p50 over {2 * blocks * reps}); "
+          f"{time.strftime('%H:%M:%S')} UTC, load average {os.getloadavg()[0]:.1f}")
+    print("ms per collective. ratios: median over blocks of the block's p50 ratio "
+          "[lowest-highest block]. CPU: ms per collective, both processes, median over blocks")
+    print(f"{'op':>9} {'size':>6} | {'raw p10/p50':>15} | {'api p10/p50':>15} | "
+          f"{'pg p10/p50':>15} | {'api/raw':>18} {'pg/raw':>18} {'api/pg':>18} | "
+          f"{'CPU raw':>7} {'api':>7} {'pg':>7} api/raw | load")
+    samples = []
+    for nbytes in sizes:
+        for op in ops:
+            load0 = os.getloadavg()[0]
+            s = measure(op, nbytes, blocks, reps, raw, members, node)
+            samples.append((op, nbytes, s))
+            report(op, nbytes, s, (load0, os.getloadavg()[0]))
+    if threads:
+        print("by thread: CPU ms / wake-ups per collective, both processes (median over "
+              "blocks); node: the zmesh node's CPU ms per collective during the block")
+        for op, nbytes, s in samples:
+            report_threads(op, nbytes, s)
+    if wrapper:
+        both = zmesh.get([m.wrapper_us.remote(20_000) for m in members])
+        api, stub = min(b[0] for b in both), min(b[1] for b in both)
+        print(f"API alone (torch's group stubbed, best of 5 x 20,000 calls): "
+              f"col.allreduce {api:.2f} us/call, the stub called directly {stub:.2f} us/call, "
+              f"the API adds {api - stub:.2f} us/call")
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
