@@ -1,7 +1,7 @@
 """Random Ray-style programs under random fault schedules, run on the simulated mesh.
 
 A schedule is a list of steps: operations (tasks, chains, nested fan-out, puts, borrowed
-refs, refs returned from inside tasks, actors with restarts and numbered calls, placement
+refs, refs returned from inside tasks, borrowed refs returned to the caller, actors with restarts and numbered calls, placement
 groups, gets, dropped refs) mixed with faults (kill a worker, an actor, a node or an owner;
 pause a node; partition and heal; drop, duplicate, delay and reorder messages; slow a node).
 `run_schedule` runs one and returns the violations it saw; the invariants are listed on
@@ -77,6 +77,11 @@ def tree_value(depth: int, width: int, base: int) -> int:
 @zmesh.remote(max_retries=3)
 def deref(box: list[Any]) -> Any:
     return zmesh.get(box[0])
+
+
+@zmesh.remote(max_retries=3)
+def relay(box: list[Any]) -> list[Any]:
+    return [box[0]]  # a ref it only borrows, handed back to its caller inside the return
 
 
 @zmesh.remote(max_retries=3)
@@ -179,6 +184,9 @@ class Checker:
         elif kind == "borrow" and self.puts:
             ref, value = self.puts[step[1] % len(self.puts)]
             self.pending.append(Pending("borrow", deref.remote([ref]), value))
+        elif kind == "relay" and self.puts:
+            ref, value = self.puts[step[1] % len(self.puts)]
+            self.pending.append(Pending("relay", relay.remote([ref]), value, deref=True))
         elif kind == "inner":
             self.pending.append(Pending("inner", make_inner.remote(step[1]), step[1],
                                         deref=True))
@@ -229,7 +237,7 @@ class Checker:
         elif kind == "kill_node" and step[1] in mesh.live_nodes():
             mesh.kill_node(step[1])
         elif kind == "kill_owner":
-            owners = [p.ref for p in self.pending if p.deref and p.ref is not None]
+            owners = [p.ref for p in self.pending if p.kind == "inner" and p.ref is not None]
             inner = [r for r in owners if _ready(r)]
             if inner:
                 try:

@@ -22,6 +22,7 @@ _ops = st.one_of(
     st.tuples(st.just("put"), st.sampled_from([4, 200_000]), st.integers(0, 9)),
     st.tuples(st.just("borrow"), st.integers(0, 9)),
     st.tuples(st.just("inner"), st.integers(0, 100)),
+    st.tuples(st.just("relay"), st.integers(0, 9)),
     st.tuples(st.just("actor"), st.sampled_from([0, 1, -1]), st.sampled_from([0, -1])),
     st.tuples(st.just("call"), st.integers(0, 9)),
     st.tuples(st.just("call"), st.integers(0, 9)),

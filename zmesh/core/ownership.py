@@ -25,8 +25,12 @@ from zmesh.core.ownership_events import (
     Event,
     FailBorrowed,
     Free,
+    HandedOff,
+    HandOff,
     HoldBorrowed,
     HoldContained,
+    Lend,
+    LendDone,
     OwnerAnswered,
     OwnerDied,
     OwnerNodeDied,
@@ -34,17 +38,20 @@ from zmesh.core.ownership_events import (
     ProbeTimedOut,
     ReadFailed,
     RefuseBorrow,
+    ReleaseLender,
     RemoveBorrower,
     RemoveLocal,
     RemoveSubmitted,
+    TakeReturned,
     Verdict,
 )
 
 __all__ = [
     "AddBorrower", "AddLocal", "AddSubmitted", "BorrowerGone", "Event", "Action", "Escaped", "Free",
-    "FailBorrowed", "HoldBorrowed", "HoldContained", "OwnerAnswered", "OwnerDied", "OwnerNodeDied",
-    "Ownership", "ProbeOwner", "ProbeTimedOut", "ReadFailed", "RefuseBorrow", "RemoveBorrower",
-    "RemoveLocal", "RemoveSubmitted", "Verdict",
+    "FailBorrowed", "HandOff", "HandedOff", "HoldBorrowed", "HoldContained", "Lend", "LendDone",
+    "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
+    "ReadFailed", "RefuseBorrow", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
+    "RemoveSubmitted", "TakeReturned", "Verdict",
 ]
 
 
@@ -59,9 +66,11 @@ class Record(msgspec.Struct):
     escaped: bool = False
     contained: tuple[bytes, ...] = ()
     held: tuple[bytes, ...] = ()
+    lent: int = 0  # open lends of it (returned to a caller that has not taken it over yet)
 
     def in_use(self) -> bool:
-        return bool(self.local or self.submitted or self.borrowers or self.escaped)
+        return bool(self.local or self.submitted or self.borrowers or self.escaped
+                    or self.lent)
 
 
 class Ownership:
@@ -76,6 +85,9 @@ class Ownership:
         self.records: dict[bytes, Record] = {}
         self.dead_owners: list[tuple[str, str, str]] = []  # (address, ipc prefix, why)
         self.probing: dict[str, set[bytes]] = {}  # owner -> failed reads awaiting a verdict
+        # token -> (borrower, the objects still lent): refs returned to a caller, kept until
+        # their owner says the caller took them over (or refused them)
+        self.lends: dict[bytes, tuple[str, list[bytes]]] = {}
         # (event, actions); the fast paths log (event name, *its fields) instead, which
         # story() turns back into the event: no event object per ref on the hot path.
         self.log: deque[tuple[Any, ...]] = deque(maxlen=log_size)
@@ -143,7 +155,7 @@ class Ownership:
         rec = self.records.get(object_id)
         if rec is not None:
             rec.local -= 1
-            if not (rec.local or rec.submitted or rec.borrowers or rec.escaped):
+            if not (rec.local or rec.submitted or rec.borrowers or rec.escaped or rec.lent):
                 if rec.contained or rec.held:
                     out: list[Action] = []
                     self._maybe_free(object_id, out)
@@ -210,6 +222,9 @@ class Ownership:
             if gone:
                 rec.borrowers -= gone
                 self._maybe_free(oid, out)
+        for token, (borrower, _) in list(self.lends.items()):  # it takes over nothing now
+            if borrower == address or (prefix and borrower.startswith(prefix)):
+                self._end_lend(token, None, out)
 
     def _escaped(self, e: Escaped, out: list[Action]) -> None:
         for oid in e.object_ids:
@@ -225,6 +240,47 @@ class Ownership:
                 inner_rec = self.records.get(i)
                 if inner_rec is not None:
                     inner_rec.submitted += 1
+
+    def _lend(self, e: Lend, out: list[Action]) -> None:
+        kept = [oid for oid in e.object_ids if oid in self.records]
+        for oid in kept:
+            self.records[oid].lent += 1
+        if kept:
+            _, already = self.lends.setdefault(e.token, (e.borrower, []))
+            already.extend(kept)
+
+    def _lend_done(self, e: LendDone, out: list[Action]) -> None:
+        self._end_lend(e.token, e.object_ids, out)
+
+    def _take_returned(self, e: TakeReturned, out: list[Action]) -> None:
+        host = self.records.get(e.outer)
+        if e.owner == self.address:  # ours: the lender kept nothing for us
+            if host is not None:
+                mine = tuple(i for i in e.inner if i in self.records)  # (a freed one is gone)
+                for i in mine:
+                    self.records[i].local += 1
+                host.held = host.held + mine
+            return
+        if host is None:  # nobody can read the value: refuse (the lender's hold ends)
+            out.append(HandOff(e.owner, e.inner, e.lender, e.token, False))
+            return
+        for i in e.inner:
+            rec = self.records.get(i)
+            if rec is None:
+                rec = self.records[i] = self._record(e.owner, False)
+            rec.local += 1
+        host.held = host.held + e.inner
+        out.append(HandOff(e.owner, e.inner, e.lender, e.token, True))
+
+    def _handed_off(self, e: HandedOff, out: list[Action]) -> None:
+        if e.take:
+            for oid in e.object_ids:
+                rec = self.records.get(oid)
+                if rec is not None and rec.owned:
+                    if rec.borrowers is None:
+                        rec.borrowers = set()
+                    rec.borrowers.add(e.borrower)
+        out.append(ReleaseLender(e.lender, e.token, e.object_ids))
 
     def _on_hold_borrowed(self, e: HoldBorrowed, out: list[Action]) -> None:
         self._hold_borrowed(e.outer, e.inner, e.owner, out)
@@ -265,11 +321,32 @@ class Ownership:
                 inner.local -= 1
                 self._maybe_free(i, out)
 
+    def _end_lend(self, token: bytes, object_ids: tuple[bytes, ...] | None,
+                  out: list[Action]) -> None:
+        """Stop keeping `object_ids` (None: all) of lend `token` (each id once)."""
+        lend = self.lends.get(token)
+        if lend is None:  # settled already (a repeated answer's hand-off)
+            return
+        left = lend[1]
+        ended = list(left) if object_ids is None else [i for i in object_ids if i in left]
+        for oid in ended:
+            left.remove(oid)
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.lent -= 1
+                self._maybe_free(oid, out)
+        if not left:
+            del self.lends[token]
+
     def _hold_borrowed(self, outer: tuple[bytes, ...], inner: tuple[bytes, ...], owner: str,
                        out: list[Action]) -> None:
         host = next((self.records[o] for o in outer if o in self.records), None)
         if host is None:
-            out.append(RefuseBorrow(inner, owner))
+            # we stop borrowing only what we hold no other way: a record we keep for
+            # another reason tells the owner when it goes
+            unheld = tuple(i for i in inner if i not in self.records)
+            if unheld:
+                out.append(RefuseBorrow(unheld, owner))
             return
         for i in inner:
             rec = self.records.get(i)
@@ -304,9 +381,15 @@ class Ownership:
             if owner == address or (prefix and owner.startswith(prefix)):
                 for oid in sorted(self.probing.pop(owner)):
                     out.append(Verdict(oid, True, why))
+        def dead(o: str) -> bool:
+            return o == address or bool(prefix and o.startswith(prefix))
+
+        for token, (_, left) in list(self.lends.items()):  # no owner will settle them now
+            ended = tuple(i for i in left if i in self.records and dead(self.records[i].owner))
+            if ended:
+                self._end_lend(token, ended, out)
         for oid, rec in self.records.copy().items():  # (see _borrower_gone)
-            if not rec.owned and (rec.owner == address or
-                                  (prefix and rec.owner.startswith(prefix))):
+            if not rec.owned and dead(rec.owner):
                 out.append(FailBorrowed(oid, why))
 
     # -- checks and history --------------------------------------------------------------
@@ -319,6 +402,15 @@ class Ownership:
             assert rec.owned == (rec.owner == self.address), f"{oid.hex()} owner mixed up"
             assert rec.owned or not rec.borrowers, \
                 f"{oid.hex()} is borrowed yet has borrowers\n{self.story(oid)}"
+            assert rec.lent >= 0, f"{oid.hex()} has a negative lend count\n{self.story(oid)}"
+        lent: dict[bytes, int] = {}
+        for token, (_, left) in self.lends.items():
+            assert left, f"an empty lend {token.hex()}"
+            for oid in left:
+                lent[oid] = lent.get(oid, 0) + 1
+        for oid, rec in self.records.items():
+            assert rec.lent == lent.get(oid, 0), \
+                f"{oid.hex()} lent {rec.lent} times, {lent.get(oid, 0)} open lends\n{self.story(oid)}"
         for owner, oids in self.probing.items():
             assert oids, f"an empty probe of {owner}"
             assert not self._owner_death(owner), f"probing {owner}, known dead"
@@ -365,4 +457,6 @@ _RULES = {
     ReadFailed: Ownership._on_read_failed, OwnerNodeDied: Ownership._on_owner_node_died,
     OwnerDied: Ownership._on_owner_died,
     OwnerAnswered: Ownership._owner_answered, ProbeTimedOut: Ownership._probe_timed_out,
+    Lend: Ownership._lend, LendDone: Ownership._lend_done, TakeReturned: Ownership._take_returned,
+    HandedOff: Ownership._handed_off,
 }

@@ -19,8 +19,12 @@ __all__ = [
     "Event",
     "FailBorrowed",
     "Free",
+    "HandOff",
+    "HandedOff",
     "HoldBorrowed",
     "HoldContained",
+    "Lend",
+    "LendDone",
     "OwnerAnswered",
     "OwnerDied",
     "OwnerNodeDied",
@@ -28,9 +32,11 @@ __all__ = [
     "ProbeTimedOut",
     "ReadFailed",
     "RefuseBorrow",
+    "ReleaseLender",
     "RemoveBorrower",
     "RemoveLocal",
     "RemoveSubmitted",
+    "TakeReturned",
     "Verdict",
 ]
 
@@ -105,6 +111,47 @@ class HoldBorrowed(msgspec.Struct):
     owner: str
 
 
+class Lend(msgspec.Struct):
+    """We returned refs to `object_ids` (objects of a third process, neither ours nor
+    `borrower`'s) inside the returns of a task to `borrower`: keep them until their owner
+    says `borrower` took them over or refused them (`LendDone` of `token`)."""
+
+    token: bytes
+    object_ids: tuple[bytes, ...]
+    borrower: str
+
+
+class LendDone(msgspec.Struct):
+    """The owner of `object_ids` settled lend `token` (it registered the borrower, or the
+    borrower refused): stop keeping them for it. Ids not (or no longer) in it are ignored."""
+
+    token: bytes
+    object_ids: tuple[bytes, ...]
+
+
+class TakeReturned(msgspec.Struct):
+    """A result that `lender` sent us holds `owner`'s objects `inner` in our return `outer`:
+    keep them while `outer` lives (borrowing them from `owner`, who then ends the lender's
+    `Lend` of `token`); if we no longer track `outer`, refuse them."""
+
+    outer: bytes
+    inner: tuple[bytes, ...]
+    owner: str
+    lender: str
+    token: bytes
+
+
+class HandedOff(msgspec.Struct):
+    """(At the owner) `borrower` took over (`take`) or refused our objects `object_ids` that
+    `lender` lent it in `token`: register it if it took them, then end the lend."""
+
+    object_ids: tuple[bytes, ...]
+    borrower: str
+    lender: str
+    token: bytes
+    take: bool
+
+
 class ReadFailed(msgspec.Struct):
     """Reading the stored copy of `object_id` failed (the copy is gone)."""
 
@@ -141,7 +188,7 @@ class ProbeTimedOut(msgspec.Struct):
 
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
          | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
-         | OwnerAnswered | ProbeTimedOut)
+         | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -160,6 +207,26 @@ class RefuseBorrow(msgspec.Struct):
 
     inner: tuple[bytes, ...]
     owner: str
+
+
+class HandOff(msgspec.Struct):
+    """Tell `owner` that we took over (`take`) or refused `object_ids`, which `lender` lent
+    us in lend `token` (the owner registers us, then releases the lender: in that order,
+    so that no moment has neither of us registered)."""
+
+    owner: str
+    object_ids: tuple[bytes, ...]
+    lender: str
+    token: bytes
+    take: bool
+
+
+class ReleaseLender(msgspec.Struct):
+    """(At the owner) tell `lender` that its lend `token` of `object_ids` is settled."""
+
+    lender: str
+    token: bytes
+    object_ids: tuple[bytes, ...]
 
 
 class FailBorrowed(msgspec.Struct):
@@ -183,4 +250,4 @@ class Verdict(msgspec.Struct):
     why: str
 
 
-Action = Free | RefuseBorrow | FailBorrowed | ProbeOwner | Verdict
+Action = Free | RefuseBorrow | FailBorrowed | ProbeOwner | Verdict | HandOff | ReleaseLender

@@ -335,6 +335,15 @@ class ExecuteTask(Message, tag=50):
     strategy: bytes = b""  # how it was placed: its placement group, for its own children
 
 
+class Lent(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A ref inside return `index` of a task result, to an object that `owner` owns (not
+    the worker that sent it): the caller keeps it while that return lives."""
+
+    index: int
+    object_id: bytes
+    owner: str
+
+
 class TaskResult(Message, tag=51):
     """A task or actor call finished: one Value per return (errors as error Values)."""
 
@@ -344,6 +353,7 @@ class TaskResult(Message, tag=51):
     contained: list[bytes] = []  # the sender's objects inside the returns; the caller borrows
     attempt: int = 0  # the task's attempt it answers (a late or repeated answer of an
     # earlier attempt must not count for a later one)
+    lent: list[Lent] = []  # refs to others' objects inside the returns (see HandOffBorrow)
 
 
 class ActorCall(Message, tag=52):
@@ -396,6 +406,27 @@ class RemoveBorrowers(Message, tag=58):
 
     object_ids: list[bytes]
     borrower: str
+
+
+class HandOffBorrow(Message, tag=74):
+    """Caller -> an object's owner: `lender` (a worker) returned us refs to your objects
+    `object_ids` and keeps them for us (lend `token`); we borrow them now (`take`), or we
+    refuse them. Register us first, then tell the lender (LendSettled): so at no moment is
+    neither of us registered."""
+
+    object_ids: list[bytes]
+    borrower: str
+    lender: str
+    token: bytes
+    take: bool
+
+
+class LendSettled(Message, tag=75):
+    """Owner -> a worker that lent refs to its objects: lend `token` of `object_ids` is
+    settled (the caller borrows them from the owner, or refused them): stop keeping them."""
+
+    token: bytes
+    object_ids: list[bytes]
 
 
 class PinObject(Message, tag=59):

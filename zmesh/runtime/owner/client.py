@@ -32,6 +32,7 @@ from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner import refs_query
 from zmesh.runtime.owner.actor_calls import ActorCaller
+from zmesh.runtime.owner.lending import Lending
 from zmesh.runtime.owner.node_watch import NodeWatch
 from zmesh.runtime.owner.objects import ObjectEntry, ObjectTable
 from zmesh.runtime.owner.owner_probe import OwnerProbe
@@ -130,6 +131,8 @@ class CoreClient:
         loop.on(m.Query, self._on_query)
         self.tasks.register(loop)
         self.actors.register(loop)
+        self.lending = Lending(self)  # borrowed refs that tasks return (see lending.py)
+        self.lending.register(loop)
         self.node_watch = NodeWatch(loop, node_address, self._on_node_lost)
         self.owner_probe = OwnerProbe(self)
 
@@ -431,8 +434,10 @@ class CoreClient:
 
     def hold_returned(self, sender: str, return_ids: list[bytes], contained: list[bytes]) -> None:
         """The returns hold objects of `sender`: borrow them while the returns live (loop)."""
-        if not self.objects.hold_borrowed(return_ids, contained, sender):
-            self.loop.send(sender, m.RemoveBorrowers(object_ids=contained, borrower=self.address))
+        refused = self.objects.hold_borrowed(return_ids, contained, sender)
+        if refused:
+            self.loop.send(sender, m.RemoveBorrowers(object_ids=list(refused),
+                                                     borrower=self.address))
 
     def _on_pg_state(self, sender: str, msg: m.PlacementGroupState, bufs: list[Any]) -> None:
         """Resolve a group's `ready()` ref when the node says it is reserved (or failed)."""

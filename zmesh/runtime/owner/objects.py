@@ -20,13 +20,16 @@ from zmesh.core.ownership import (
     Event,
     FailBorrowed,
     Free,
+    HandOff,
     HoldBorrowed,
     HoldContained,
     Ownership,
     ProbeOwner,
     Record,
     RefuseBorrow,
+    ReleaseLender,
     RemoveBorrower,
+    TakeReturned,
     Verdict,
 )
 from zmesh.protocol.messages.runtime import Value
@@ -67,6 +70,8 @@ class ObjectTable:
         """Feed the core one event and carry out its actions; returns them too."""
         with self.lock:
             actions = self.core.handle(event)
+            if isinstance(event, TakeReturned):  # it may make records (borrowed refs)
+                self._adopt(event.inner)
             if not actions:
                 return actions
             freed = self._drop_freed(actions)
@@ -82,7 +87,8 @@ class ObjectTable:
                     entry = self.entries.pop(oid, None)
                     if entry is not None:  # (its `held` is the Free's: it is the record)
                         freed.append((oid, entry))
-                case RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict():
+                case (RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict() | HandOff()
+                      | ReleaseLender()):
                     pass  # the caller's to carry out
                 case _:
                     assert_never(action)
@@ -140,17 +146,24 @@ class ObjectTable:
         self.handle(HoldContained(object_id, tuple(inner_ids)))
 
     def hold_borrowed(self, outer_ids: Sequence[bytes], inner_ids: Sequence[bytes],
-                      owner: str) -> bool:
+                      owner: str) -> tuple[bytes, ...]:
         """Borrow `owner`'s objects inner_ids for as long as the first live outer object lives;
-        False if none of the outer objects is held any more (then nothing is borrowed)."""
+        if none of the outer objects is held any more, nothing is borrowed: the ids returned
+        are those we then hold no other way (the owner must stop counting us for them)."""
         with self.lock:
             actions = self.core.handle(HoldBorrowed(tuple(outer_ids), tuple(inner_ids), owner))
-            if any(isinstance(a, RefuseBorrow) for a in actions):
-                return False
-            for oid in inner_ids:
-                if oid not in self.entries:
-                    self.entries[oid] = self.core.records[oid]  # type: ignore[assignment]
-        return True
+            for action in actions:
+                if isinstance(action, RefuseBorrow):
+                    return action.inner
+            self._adopt(inner_ids)
+        return ()
+
+    def _adopt(self, object_ids: Sequence[bytes]) -> None:
+        """Enter records the core made for `object_ids` in the table (lock held)."""
+        records = self.core.records
+        for oid in object_ids:
+            if oid not in self.entries and oid in records:
+                self.entries[oid] = records[oid]  # type: ignore[assignment]
 
     def mark_escaped(self, object_ids: Sequence[bytes]) -> None:
         """A ref left in a return value: keep the object for whoever receives it."""

@@ -27,12 +27,14 @@ from zmesh.core.ownership import (
     Event,
     FailBorrowed,
     Free,
+    HandOff,
     OwnerAnswered,
     OwnerDied,
     ProbeOwner,
     ProbeTimedOut,
     ReadFailed,
     RefuseBorrow,
+    ReleaseLender,
     Verdict,
 )
 from zmesh.errors import OwnerDiedError
@@ -114,7 +116,7 @@ class OwnerProbe:
                         f"the owner of this object died: {why}")))
                 case ProbeOwner(owner):
                     self._probe(owner)
-                case Free() | RefuseBorrow():
+                case Free() | RefuseBorrow() | HandOff() | ReleaseLender():
                     pass  # carried out by the object table
                 case _:
                     assert_never(action)

@@ -273,6 +273,8 @@ task of that function (`_fn_known`).
         self._do(self.core.handle(WorkerExited(msg.lease_id, msg.reason)))
 
     def _on_result(self, sender: str, msg: m.TaskResult, bufs: list[Any]) -> None:
+        if msg.lent:  # refs inside the returns: held before the arguments are let go
+            self.client.lending.take(sender, msg)  # (a stale answer's too: see lending.py)
         task = self.tasks.get(msg.task_id)
         if task is None:
             self.client.actors.on_result(sender, msg)

@@ -37,6 +37,8 @@ from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
 
+_NO_LENT: list[m.Lent] = []  # (never mutated)
+
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
 
@@ -59,6 +61,7 @@ class Executor:
         self.functions: dict[bytes, Any] = {}
         self.produced: OrderedDict[bytes, m.Value] = OrderedDict()  # recent results, for chained tasks
         self._contained: dict[bytes, list[bytes]] = {}  # task id -> our refs in its returns
+        self._lent: dict[bytes, list[m.Lent]] = {}  # task id -> others' refs in its returns
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.mailbox: Mailbox[m.ActorCall] = Mailbox()
         self.instance: Any = None
@@ -230,6 +233,7 @@ class Executor:
             if msg.num_returns >= 0:
                 returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
                                                msg.owner)
+                result = None  # (what it holds is not kept by this worker any more)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
             returns = [error_value(msg.name, exc, self.pid)] * n
@@ -272,16 +276,22 @@ class Executor:
             if len(items) != num_returns:
                 raise ValueError(f"{name} returned {len(items)} values; num_returns={num_returns}")
         out = []
+        mine: list[bytes] = []
+        lent: list[m.Lent] = []
+        me = self.client.address
         for i, item in enumerate(items):
             value, nested = self.client.encode(item, IdGen.object_id(task_id, i), for_owner=owner)
-            if nested:
-                me = self.client.address
-                mine = [r.id for r in nested if r.owner == me]
-                if mine:  # the caller borrows them (it frees them with the value it got)
-                    self.client.objects.add_borrower(mine, owner)
-                    self._contained[task_id] = self._contained.get(task_id, []) + mine
-                self.client.objects.mark_escaped([r.id for r in nested if r.owner != me])
+            for r in nested:  # the caller holds them while the return lives
+                if r.owner == me:
+                    mine.append(r.id)
+                else:  # (see zmesh.runtime.owner.lending)
+                    lent.append(m.Lent(index=i, object_id=r.id, owner=r.owner))
             out.append(value)
+        if mine:  # the caller borrows them (it frees them with the value it got)
+            self.client.objects.add_borrower(mine, owner)
+            self._contained[task_id] = mine
+        if lent:  # kept for the caller (lent) until it took them over: _reply
+            self._lent[task_id] = lent
         return out
 
     def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any],
@@ -304,9 +314,13 @@ class Executor:
             refs.clear()
             entries = self.client.objects.entries
             borrowed = [oid for oid in ids if oid in entries and entries[oid].local > 0]
+        lent = self._lent.pop(task_id, _NO_LENT)
+        if lent:  # before the result goes: the owners' LendSettled may come right after it
+            self.client.lending.lend(task_id, attempt, lent, owner)
         result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed,
-                              contained=self._contained.pop(task_id, []), attempt=attempt)
-        if borrowed:  # must reach the owner before our later RemoveBorrowers: same connection
+                              contained=self._contained.pop(task_id, []), attempt=attempt,
+                              lent=lent)
+        if borrowed or lent:  # before our later RemoveBorrowers to the owner: same connection
             self.client.loop.send_threadsafe(owner, result)
         else:
             self.client.send_direct(owner, result)
@@ -380,6 +394,7 @@ class Executor:
             if call.num_returns >= 0:
                 returns = self._encode_returns(call.task_id, result, call.num_returns, name,
                                                call.caller)
+                result = None  # (what it holds is not kept by this worker any more)
         except ActorExit as exc:
             self.running = b""
             self._exit_actor(exc.why)
@@ -485,6 +500,7 @@ class Executor:
                 if call.num_returns >= 0:
                     returns = self._encode_returns(call.task_id, result, call.num_returns,
                                                    name, call.caller)
+                    result = None  # (what it holds is not kept by this worker any more)
             except ActorExit as exc:
                 self._exit_actor(exc.why)
                 return

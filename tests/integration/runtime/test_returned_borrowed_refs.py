@@ -1,0 +1,221 @@
+"""A ref that a task or actor call returns although it only borrows it (it got the ref as an
+argument, from a call of its own, or in state) is handed over to the caller: the object
+lives while any ref to it does, anywhere, and is freed from the store once every ref is
+gone. Before, the worker kept its borrow forever (the object stayed stored), and a caller
+that dropped a result before it came told the owner to forget it, though it still held the
+object another way (a later read failed)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+from runtime_fixtures import wait_until
+
+from zmesh.runtime import context
+
+MB = 1 << 20
+
+
+def stored() -> int:
+    return int(dict(context.current_client().query("store"))["num_objects"])
+
+
+def big(v: int) -> np.ndarray:
+    return np.full(2 * MB, v, dtype=np.uint8)  # in the store, not inline
+
+
+def all_freed(before: int) -> bool:
+    gc.collect()
+    return wait_until(lambda: stored() <= before, timeout=30)
+
+
+def test_a_task_returning_its_borrowed_argument_frees_it_once_every_ref_is_gone(ray):
+    @ray.remote
+    def first(box):
+        return box[0]
+
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(1))
+    back = ray.get(first.remote([ref]), timeout=60)
+    assert back == ref and int(ray.get(back, timeout=60)[0]) == 1
+    del ref, back
+    assert all_freed(before), stored()
+
+
+def test_a_ref_nested_deep_in_a_returned_dict_is_freed_with_the_rest(ray):
+    @ray.remote
+    def wrap(box):
+        return {"a": [(box[0], 1)], "b": box[0]}
+
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(2))
+    out = ray.get(wrap.remote([ref]), timeout=60)
+    assert int(ray.get(out["a"][0][0], timeout=60)[0]) == 2
+    del ref, out
+    assert all_freed(before), stored()
+
+
+def test_an_actor_returning_a_ref_it_was_given_earlier(ray):
+    @ray.remote
+    class Keeper:
+        def __init__(self):
+            self.box = None
+
+        def keep(self, box):
+            self.box = box
+
+        def give(self):
+            ref, self.box = self.box[0], None  # the actor no longer holds it
+            return ref
+
+    keeper = Keeper.remote()
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(3))
+    ray.get(keeper.keep.remote([ref]), timeout=60)
+    back = ray.get(keeper.give.remote(), timeout=60)
+    del ref
+    gc.collect()
+    assert int(ray.get(back, timeout=60)[0]) == 3  # ours is the last ref: it still reads
+    del back
+    assert all_freed(before), stored()
+    ray.kill(keeper)
+
+
+def test_a_ref_owned_by_a_third_process_is_handed_over_and_freed(ray):
+    # the actor owns the object; the driver borrows it, a task borrows it from the driver
+    # and returns it: the driver then borrows it through the task's return
+    @ray.remote
+    class Maker:
+        def make(self, v):
+            return [ray.put(np.full(2 << 20, v, dtype=np.uint8))]
+
+    @ray.remote
+    def first(box):
+        return box[0]
+
+    maker = Maker.remote()
+    gc.collect()
+    before = stored()
+    box = ray.get(maker.make.remote(4), timeout=60)
+    back = ray.get(first.remote(box), timeout=60)
+    del box  # now only the ref the task returned holds it
+    gc.collect()
+    for _ in range(3):  # let the hand-off's messages (and any wrong free) land
+        ray.get(first.remote([1]), timeout=60)
+    assert int(ray.get(back, timeout=60)[0]) == 4
+    del back
+    assert all_freed(before), stored()
+    ray.kill(maker)
+
+
+def test_a_worker_returns_a_ref_it_got_from_its_own_call(ray):
+    # the task's worker borrows the actor's object (it called the actor itself); the
+    # driver never held it before the task returned it
+    @ray.remote
+    class Maker:
+        def make(self, v):
+            return [ray.put(np.full(2 << 20, v, dtype=np.uint8))]
+
+    @ray.remote
+    def fetch(maker, v):
+        return ray.get(maker.make.remote(v))[0]
+
+    maker = Maker.remote()
+    gc.collect()
+    before = stored()
+    back = ray.get(fetch.remote(maker, 5), timeout=60)
+    gc.collect()
+    for _ in range(3):
+        ray.get(fetch.remote(maker, 6), timeout=60)  # (each frees its own object)
+    assert int(ray.get(back, timeout=60)[0]) == 5
+    del back
+    assert all_freed(before), stored()
+    ray.kill(maker)
+
+
+def test_the_same_ref_returned_by_several_tasks(ray):
+    @ray.remote
+    def first(box):
+        return box[0]
+
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(7))
+    outs = [first.remote([ref]) for _ in range(6)]
+    backs = ray.get(outs, timeout=60)
+    del ref, outs
+    gc.collect()
+    assert int(ray.get(backs[-1], timeout=60)[0]) == 7
+    del backs
+    assert all_freed(before), stored()
+
+
+def test_the_caller_drops_the_outer_result_before_the_inner(ray):
+    @ray.remote
+    def first(box):
+        return [box[0]]
+
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(8))
+    outer = first.remote([ref])
+    (inner,) = ray.get(outer, timeout=60)
+    del outer, ref
+    gc.collect()
+    for _ in range(3):
+        ray.get(first.remote([1]), timeout=60)
+    assert int(ray.get(inner, timeout=60)[0]) == 8
+    del inner
+    assert all_freed(before), stored()
+
+
+def test_a_ref_returned_up_through_several_levels_of_tasks(ray):
+    @ray.remote
+    def level(box, depth):
+        if depth == 0:
+            return box[0]
+        return ray.get(level.remote(box, depth - 1))
+
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(9))
+    back = ray.get(level.remote([ref], 3), timeout=60)
+    del ref
+    gc.collect()
+    assert int(ray.get(back, timeout=60)[0]) == 9
+    del back
+    assert all_freed(before), stored()
+
+
+def test_a_result_dropped_before_it_came_does_not_free_what_the_caller_still_holds(ray):
+    # the actor owns the object and returns it in a list twice; the driver keeps the first
+    # and drops the second call's ref at once: its refusal must not unregister the driver
+    @ray.remote
+    class Owner:
+        def __init__(self):
+            self.ref = ray.put(np.full(2 << 20, 10, dtype=np.uint8))
+
+        def box(self):
+            return [self.ref]
+
+        def drop(self):
+            self.ref = None
+
+        def ping(self):
+            return None
+
+    owner = Owner.remote()
+    (kept,) = ray.get(owner.box.remote(), timeout=60)
+    for _ in range(3):
+        owner.box.remote()  # its ref is gone before its answer comes
+    # their answers come before this one's (one connection): what the driver told the
+    # owner about them went before the next call does
+    ray.get(owner.ping.remote(), timeout=60)
+    ray.get(owner.drop.remote(), timeout=60)
+    gc.collect()
+    assert int(ray.get(kept, timeout=60)[0]) == 10
+    ray.kill(owner)
