@@ -31,25 +31,25 @@ from zmesh.core.ownership import (
 )
 
 X = b"x" * 4
-O, C, W1, W2 = "owner", "caller", "w1", "w2"
-NAMES = (O, C, W1, W2)
+OWNER, C, W1, W2 = "owner", "caller", "w1", "w2"
+NAMES = (OWNER, C, W1, W2)
 
 
 class Mesh:
-    """Ownership cores of four processes; O owns X and lent it to W1 (a registered borrower).
+    """Ownership cores of four processes; OWNER owns X, and W1 borrows it (registered).
     Messages: ("result", R, token) lender -> caller; ("handoff", ids, borrower, lender,
     token, take) -> owner; ("settled", token, ids) -> lender; ("remove", ids, borrower)."""
 
     def __init__(self) -> None:
         self.cores = {n: Ownership(n) for n in NAMES}
         self.chan: dict[tuple[str, str], deque[tuple[Any, ...]]] = {}
-        self.freed = False  # O freed X
+        self.freed = False  # the owner freed X
         self.values: set[tuple[str, bytes]] = set()  # returns whose result came (readable)
         self.outers: dict[bytes, str] = {}  # return id -> its owner (the caller)
         self.n = 0
-        self.handle(O, AddLocal(X, O))
-        self.handle(O, AddBorrower((X,), W1))
-        self.handle(W1, AddLocal(X, O))
+        self.handle(OWNER, AddLocal(X, OWNER))
+        self.handle(OWNER, AddBorrower((X,), W1))
+        self.handle(W1, AddLocal(X, OWNER))
 
     # -- wiring (what the shells do) --------------------------------------------------------
     def send(self, src: str, dst: str, msg: tuple[Any, ...]) -> None:
@@ -81,7 +81,7 @@ class Mesh:
         kind = msg[0]
         if kind == "result":
             _, outer, token = msg
-            self.handle(dst, TakeReturned(outer, (X,), O, src, token))
+            self.handle(dst, TakeReturned(outer, (X,), OWNER, src, token))
             self.values.add((dst, outer))
         elif kind == "handoff":
             _, ids, borrower, lender, token, take = msg
@@ -101,14 +101,14 @@ class Mesh:
     def ret(self, src: str, dst: str, twice: bool) -> None:
         """`src` returns X inside a new return of `dst`'s (it must hold a ref to X)."""
         rec = self.cores[src].records.get(X)
-        if src == dst or src == O or rec is None or rec.local <= 0:
+        if src in (dst, OWNER) or rec is None or rec.local <= 0:
             return
         self.n += 1
         outer = b"r%d" % self.n
         self.outers[outer] = dst
         self.handle(dst, AddLocal(outer, dst))
         token = b"t%d" % self.n
-        if dst != O:  # (a ref its caller owns needs no lend: see lending.py)
+        if dst != OWNER:  # (a ref its caller owns needs no lend: see lending.py)
             self.handle(src, Lend(token, (X,), dst))
         self.send(src, dst, ("result", outer, token))
         if twice:  # a repeated answer (a resend)
@@ -118,7 +118,7 @@ class Mesh:
         """`name` reads one of its returns whose value came: a ref to X in this process."""
         mine = sorted(o for (n, o) in self.values if n == name and o in self.cores[name].records)
         if mine:
-            self.handle(name, AddLocal(X, O))
+            self.handle(name, AddLocal(X, OWNER))
 
     def drop_local(self, name: str) -> None:
         rec = self.cores[name].records.get(X)
@@ -188,19 +188,19 @@ def test_no_interleaving_frees_a_held_object_and_everything_goes_at_the_end(step
 # -- the cases one by one ---------------------------------------------------------------------
 def test_a_worker_keeps_what_it_lent_until_the_owner_settles_the_lend() -> None:
     w = Ownership(W1)
-    w.handle(AddLocal(X, O))
+    w.handle(AddLocal(X, OWNER))
     w.handle(Lend(b"t", (X,), C))
     assert w.handle(RemoveLocal(X)) == []  # the result went; the task's refs are gone
     assert w.records[X].lent == 1
     out = w.handle(LendDone(b"t", (X,)))
-    assert out == [Free(X, O, False, ())]  # then it stops borrowing (tells the owner)
+    assert out == [Free(X, OWNER, False, ())]  # then it stops borrowing (tells the owner)
     assert w.handle(LendDone(b"t", (X,))) == []  # a repeated answer's settlement: nothing
     w.validate()
 
 
 def test_the_owner_registers_the_caller_before_it_releases_the_lender() -> None:
-    o = Ownership(O)
-    o.handle(AddLocal(X, O))
+    o = Ownership(OWNER)
+    o.handle(AddLocal(X, OWNER))
     o.handle(AddBorrower((X,), W1))
     out = o.handle(HandedOff((X,), C, W1, b"t", True))
     assert out == [ReleaseLender(W1, b"t", (X,))]
@@ -208,26 +208,27 @@ def test_the_owner_registers_the_caller_before_it_releases_the_lender() -> None:
     o.handle(RemoveBorrower((X,), W1))
     o.handle(RemoveLocal(X))
     assert X in o.records  # the caller still borrows it
-    assert o.handle(RemoveBorrower((X,), C)) == [Free(X, O, True, ())]
+    assert o.handle(RemoveBorrower((X,), C)) == [Free(X, OWNER, True, ())]
 
 
 def test_the_caller_holds_the_ref_while_its_return_lives_and_then_stops_borrowing() -> None:
     c = Ownership(C)
     c.handle(AddLocal(b"r", C))
-    out = c.handle(TakeReturned(b"r", (X,), O, W1, b"t"))
-    assert out == [HandOff(O, (X,), W1, b"t", True)]
-    c.handle(AddLocal(X, O))  # the value read: a ref to X here
+    out = c.handle(TakeReturned(b"r", (X,), OWNER, W1, b"t"))
+    assert out == [HandOff(OWNER, (X,), W1, b"t", True)]
+    c.handle(AddLocal(X, OWNER))  # the value read: a ref to X here
     assert c.handle(RemoveLocal(b"r")) == [Free(b"r", C, True, (X,))]  # outer first
-    assert c.handle(RemoveLocal(X)) == [Free(X, O, False, ())]  # then the inner
+    assert c.handle(RemoveLocal(X)) == [Free(X, OWNER, False, ())]  # then the inner
     c.validate()
 
 
 def test_a_caller_that_dropped_the_return_refuses_through_the_owner() -> None:
     c = Ownership(C)
-    assert c.handle(TakeReturned(b"r", (X,), O, W1, b"t")) == [HandOff(O, (X,), W1, b"t", False)]
+    out = c.handle(TakeReturned(b"r", (X,), OWNER, W1, b"t"))
+    assert out == [HandOff(OWNER, (X,), W1, b"t", False)]
     assert not c.records
-    o = Ownership(O)
-    o.handle(AddLocal(X, O))
+    o = Ownership(OWNER)
+    o.handle(AddLocal(X, OWNER))
     assert o.handle(HandedOff((X,), C, W1, b"t", False)) == [ReleaseLender(W1, b"t", (X,))]
     assert o.records[X].borrowers is None  # not registered
 
@@ -247,22 +248,22 @@ def test_a_ref_the_caller_owns_is_held_by_the_return_with_no_hand_off() -> None:
 
 def test_the_same_ref_lent_by_several_tasks_is_kept_until_each_lend_settles() -> None:
     w = Ownership(W1)
-    w.handle(AddLocal(X, O))
+    w.handle(AddLocal(X, OWNER))
     for t in (b"t1", b"t2", b"t3"):
         w.handle(Lend(t, (X,), C))
     w.handle(RemoveLocal(X))
     assert w.handle(LendDone(b"t2", (X,))) == []
     assert w.handle(LendDone(b"t1", (X,))) == []
-    assert w.handle(LendDone(b"t3", (X,))) == [Free(X, O, False, ())]
+    assert w.handle(LendDone(b"t3", (X,))) == [Free(X, OWNER, False, ())]
     w.validate()
 
 
 def test_a_lend_to_a_caller_that_died_ends() -> None:
     w = Ownership(W1)
-    w.handle(AddLocal(X, O))
+    w.handle(AddLocal(X, OWNER))
     w.handle(Lend(b"t", (X,), "ipc://s2/caller"))
     w.handle(RemoveLocal(X))
-    assert w.handle(BorrowerGone("tcp://n2", "ipc://s2/")) == [Free(X, O, False, ())]
+    assert w.handle(BorrowerGone("tcp://n2", "ipc://s2/")) == [Free(X, OWNER, False, ())]
     assert not w.lends
 
 
@@ -282,8 +283,8 @@ def test_a_lend_whose_owner_died_ends() -> None:
 def test_a_ref_handed_up_through_several_levels() -> None:
     # w2 returns X to w1 (a task w1 called), w1 returns it to the caller: each hop hands over
     mesh = Mesh()
-    mesh.handle(W2, AddLocal(X, O))  # (w2 got it from w1, registered with the owner)
-    mesh.handle(O, AddBorrower((X,), W2))
+    mesh.handle(W2, AddLocal(X, OWNER))  # (w2 got it from w1, registered with the owner)
+    mesh.handle(OWNER, AddBorrower((X,), W2))
     mesh.ret(W2, W1, False)
     mesh.handle(W2, RemoveLocal(X))
     mesh.quiesce()
@@ -293,12 +294,12 @@ def test_a_ref_handed_up_through_several_levels() -> None:
         mesh.drop_local(W1)
     mesh.drop_outer(W1, 0)
     mesh.quiesce()
-    assert mesh.cores[O].records[X].borrowers == {C}
+    assert mesh.cores[OWNER].records[X].borrowers == {C}
     assert X not in mesh.cores[W1].records and X not in mesh.cores[W2].records
     mesh.drop_outer(C, 0)
     mesh.quiesce()
-    assert X in mesh.cores[O].records  # the owner's own ref
-    mesh.handle(O, RemoveLocal(X))
+    assert X in mesh.cores[OWNER].records  # the owner's own ref
+    mesh.handle(OWNER, RemoveLocal(X))
     assert mesh.freed
 
 
