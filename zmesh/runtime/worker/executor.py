@@ -232,7 +232,7 @@ class Executor:
             self.running = b""
             if msg.num_returns >= 0:
                 returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
-                                               msg.owner)
+                                               msg.owner, msg.attempt)
                 result = None  # (what it holds is not kept by this worker any more)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
@@ -264,7 +264,7 @@ class Executor:
         return m.Args(data=msg.args.data, refs=out)
 
     def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str,
-                        owner: str) -> list[m.Value]:
+                        owner: str, attempt: int) -> list[m.Value]:
         if num_returns == 1:
             if result is None:  # the commonest answer: no id made, no serializer run
                 return [NONE_VALUE]
@@ -290,7 +290,9 @@ class Executor:
         if mine:  # the caller borrows them (it frees them with the value it got)
             self.client.objects.add_borrower(mine, owner)
             self._contained[task_id] = mine
-        if lent:  # kept for the caller (lent) until it took them over: _reply
+        if lent:  # kept for the caller until it took them over (while `result` still holds
+            # them: the result goes only in _reply)
+            self.client.lending.lend(task_id, attempt, lent, owner)
             self._lent[task_id] = lent
         return out
 
@@ -315,8 +317,6 @@ class Executor:
             entries = self.client.objects.entries
             borrowed = [oid for oid in ids if oid in entries and entries[oid].local > 0]
         lent = self._lent.pop(task_id, _NO_LENT)
-        if lent:  # before the result goes: the owners' LendSettled may come right after it
-            self.client.lending.lend(task_id, attempt, lent, owner)
         result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed,
                               contained=self._contained.pop(task_id, []), attempt=attempt,
                               lent=lent)
@@ -393,7 +393,7 @@ class Executor:
             self.running = b""
             if call.num_returns >= 0:
                 returns = self._encode_returns(call.task_id, result, call.num_returns, name,
-                                               call.caller)
+                                               call.caller, call.attempt)
                 result = None  # (what it holds is not kept by this worker any more)
         except ActorExit as exc:
             self.running = b""
@@ -499,7 +499,7 @@ class Executor:
                         None, lambda: method(*args, **kwargs))
                 if call.num_returns >= 0:
                     returns = self._encode_returns(call.task_id, result, call.num_returns,
-                                                   name, call.caller)
+                                                   name, call.caller, call.attempt)
                     result = None  # (what it holds is not kept by this worker any more)
             except ActorExit as exc:
                 self._exit_actor(exc.why)
