@@ -254,12 +254,13 @@ class Ownership:
 
     def _take_returned(self, e: TakeReturned, out: list[Action]) -> None:
         host = self.records.get(e.outer)
-        if e.owner == self.address:  # ours: the lender kept nothing for us
+        if e.owner == self.address:  # ours: we settle the lend ourselves, once we hold them
             if host is not None:
                 mine = tuple(i for i in e.inner if i in self.records)  # (a freed one is gone)
                 for i in mine:
                     self.records[i].local += 1
                 host.held = host.held + mine
+            out.append(ReleaseLender(e.lender, e.token, e.inner))
             return
         if host is None:  # nobody can read the value: refuse (the lender's hold ends)
             out.append(HandOff(e.owner, e.inner, e.lender, e.token, False))

@@ -112,9 +112,9 @@ class HoldBorrowed(msgspec.Struct):
 
 
 class Lend(msgspec.Struct):
-    """We returned refs to `object_ids` (objects of a third process, neither ours nor
-    `borrower`'s) inside the returns of a task to `borrower`: keep them until their owner
-    says `borrower` took them over or refused them (`LendDone` of `token`)."""
+    """We returned refs to `object_ids` (others' objects) inside the returns of a task to
+    `borrower`: keep them until their owner says `borrower` took them over or refused them
+    (`LendDone` of `token`)."""
 
     token: bytes
     object_ids: tuple[bytes, ...]
@@ -132,7 +132,7 @@ class LendDone(msgspec.Struct):
 class TakeReturned(msgspec.Struct):
     """A result that `lender` sent us holds `owner`'s objects `inner` in our return `outer`:
     keep them while `outer` lives (borrowing them from `owner`, who then ends the lender's
-    `Lend` of `token`); if we no longer track `outer`, refuse them."""
+    `Lend` of `token`; if `owner` is us, we end it); if we no longer track `outer`, refuse."""
 
     outer: bytes
     inner: tuple[bytes, ...]
@@ -222,7 +222,8 @@ class HandOff(msgspec.Struct):
 
 
 class ReleaseLender(msgspec.Struct):
-    """(At the owner) tell `lender` that its lend `token` of `object_ids` is settled."""
+    """(At the owner) tell `lender` that its lend `token` of `object_ids` is settled (we
+    registered the borrower, or we are it and hold them, or it refused them)."""
 
     lender: str
     token: bytes

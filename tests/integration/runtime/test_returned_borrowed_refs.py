@@ -76,9 +76,11 @@ def test_an_actor_returning_a_ref_it_was_given_earlier(ray):
     before = stored()
     ref = ray.put(big(3))
     ray.get(keeper.keep.remote([ref]), timeout=60)
+    del ref  # only the actor's borrow keeps it now: letting go of it before its answer
+    gc.collect()  # came would free the object before the driver holds it again
     back = ray.get(keeper.give.remote(), timeout=60)
-    del ref
-    gc.collect()
+    for _ in range(3):  # let the hand-off's messages (and any wrong free) land
+        ray.get(keeper.keep.remote(None), timeout=60)
     assert int(ray.get(back, timeout=60)[0]) == 3  # ours is the last ref: it still reads
     del back
     assert all_freed(before), stored()

@@ -108,8 +108,7 @@ class Mesh:
         self.outers[outer] = dst
         self.handle(dst, AddLocal(outer, dst))
         token = b"t%d" % self.n
-        if dst != OWNER:  # (a ref its caller owns needs no lend: see lending.py)
-            self.handle(src, Lend(token, (X,), dst))
+        self.handle(src, Lend(token, (X,), dst))
         self.send(src, dst, ("result", outer, token))
         if twice:  # a repeated answer (a resend)
             self.send(src, dst, ("result", outer, token))
@@ -233,12 +232,13 @@ def test_a_caller_that_dropped_the_return_refuses_through_the_owner() -> None:
     assert o.records[X].borrowers is None  # not registered
 
 
-def test_a_ref_the_caller_owns_is_held_by_the_return_with_no_hand_off() -> None:
+def test_a_ref_the_caller_owns_is_held_by_the_return_and_settled_by_the_caller() -> None:
     c = Ownership(C)
     c.handle(AddLocal(X, C))
     c.handle(AddBorrower((X,), W1))
     c.handle(AddLocal(b"r", C))
-    assert c.handle(TakeReturned(b"r", (X,), C, W1, b"t")) == []
+    # it holds them, then settles the worker's lend itself (it is their owner)
+    assert c.handle(TakeReturned(b"r", (X,), C, W1, b"t")) == [ReleaseLender(W1, b"t", (X,))]
     c.handle(RemoveLocal(X))
     c.handle(RemoveBorrower((X,), W1))  # the worker's own borrow ends after its result
     assert X in c.records  # the return holds it

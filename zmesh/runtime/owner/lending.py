@@ -1,13 +1,14 @@
 """The shell of the ownership core's hand-off of borrowed refs that a task returns.
 
-A worker that returns a ref to a third process's object (it borrows it: neither it nor its
-caller owns it) keeps its borrow (`Lend`) until the caller has taken the ref over: the caller
-holds it while the return lives (`TakeReturned`) and tells the owner (`HandOffBorrow`), which
-registers the caller as a borrower and only then tells the worker (`LendSettled`) to stop
-keeping it. A caller that no longer holds the return refuses through the owner too, so every
-release of the worker's hold comes after whatever the caller told the owner before. A ref
-the caller owns itself needs no hand-off: the caller holds it while the return lives, and
-the worker's later `RemoveBorrowers` comes on the same connection as the result, after it.
+A worker that returns a ref to another process's object (it borrows it) keeps its borrow
+(`Lend`) until the caller has taken the ref over: the caller holds it while the return lives
+(`TakeReturned`) and tells the owner (`HandOffBorrow`), which registers the caller as a
+borrower and only then tells the worker (`LendSettled`) to stop keeping it. A caller that no
+longer holds the return refuses through the owner too, so every release of the worker's hold
+comes after whatever the caller told the owner before. A ref the caller owns itself is lent
+too (the worker's own borrow of it may be registered: let go before the result came, it
+could free the object first); the caller, its owner, holds it while the return lives and
+settles the lend itself.
 The decisions are the core's; this module only turns its actions into messages.
 """
 
@@ -54,11 +55,10 @@ class Lending:
 
     # -- the worker: before its result goes ------------------------------------------------
     def lend(self, task_id: bytes, attempt: int, lent: Sequence[m.Lent], caller: str) -> None:
-        """Keep the refs in `lent` that neither we nor `caller` own until their owners say
-        the caller took them over (any thread; before the result is sent)."""
-        ids = tuple(x.object_id for x in lent if x.owner != caller)
-        if ids:  # (a Lend has no actions)
-            self.client.objects.handle(Lend(lend_token(task_id, attempt), ids, caller))
+        """Keep the refs in `lent` until their owners say the caller took them over (any
+        thread; while the result still holds them, before it is sent)."""
+        ids = tuple(x.object_id for x in lent)  # (a Lend has no actions)
+        self.client.objects.handle(Lend(lend_token(task_id, attempt), ids, caller))
 
     # -- the caller: a result came (loop thread) --------------------------------------------
     def take(self, sender: str, msg: m.TaskResult) -> None:
