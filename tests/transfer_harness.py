@@ -129,6 +129,20 @@ class TransferNode:
 
         self.call(self.loop.on, ChunkRequest, counting)
 
+    def die_mid_local_copy(self) -> None:
+        """SIGKILL this process after the first piece of a local copy (a crash mid-copy)."""
+        step = self.transfer._copy_step
+
+        def stepping(tid: int, fd: int, src_offset: int, done: int) -> None:
+            if done > 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+            step(tid, fd, src_offset, done)
+
+        def install() -> None:
+            self.transfer._copy_step = stepping  # type: ignore[method-assign]
+
+        self.call(install)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -205,8 +219,9 @@ class PeerProcess:
 
 def serve(argv: list[str]) -> None:
     """Child side of `PeerProcess`: print the bound address, then answer commands
-    `put SIZE SEED` (-> "OIDHEX DIGEST"), `free OIDHEX`, `state` (-> json), `die-after N`
-    and `quit`, one reply line each."""
+    `put SIZE SEED` (-> "OIDHEX DIGEST"), `free OIDHEX`, `state` (-> json), `die-after N`,
+    `pull OIDHEX SOURCE SIZE` (starts a pull, -> "ok"), `die-mid-local-copy` and `quit`,
+    one reply line each."""
     address, store_dir, capacity, options = argv[0], argv[1], int(argv[2]), json.loads(argv[3])
     node = TransferNode(address, store_dir, capacity, **options)
     print(node.address, flush=True)
@@ -224,6 +239,12 @@ def serve(argv: list[str]) -> None:
                 print(json.dumps(node.state()), flush=True)
             elif words[0] == "die-after":
                 node.die_after_requests(int(words[1]))
+                print("ok", flush=True)
+            elif words[0] == "pull":
+                node.pull(bytes.fromhex(words[1]), words[2], int(words[3]))
+                print("ok", flush=True)
+            elif words[0] == "die-mid-local-copy":
+                node.die_mid_local_copy()
                 print("ok", flush=True)
             elif words[0] == "quit":
                 print("bye", flush=True)

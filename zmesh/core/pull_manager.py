@@ -8,6 +8,11 @@ writes the chunks. Flow control: at most `window` chunks outstanding per transfe
 starve the others and received-but-unwritten chunks stay bounded. Concurrent pulls of one
 object share one transfer. A source that stops answering is retried, then the next known
 source is tried, then the pull fails with `ObjectLostError`.
+
+A pull may first try a local copy (`local=True`: the source is a node on this machine whose
+store files this process may read): the manager asks for `CopyLocal` instead of chunks, and
+the shell answers `local_done` or `local_failed`; a failed (or silent) local copy falls back
+to chunks from the same source, so the local path never loses a pull the network would make.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ __all__ = [
     "Action",
     "Begin",
     "Complete",
+    "CopyLocal",
     "Fail",
     "PullManager",
     "Release",
@@ -58,6 +64,16 @@ class Release(msgspec.Struct, frozen=True):
     ok: bool
 
 
+class CopyLocal(msgspec.Struct, frozen=True):
+    """Ask `source` (a node on this machine) where the object's bytes lie, copy them from its
+    file into the reserved region, then call `local_done` (or `local_failed`)."""
+
+    source: str
+    transfer_id: int
+    object_id: bytes
+    size: int
+
+
 class Complete(msgspec.Struct, frozen=True):
     """Every byte is written: seal the copy and tell the waiters."""
 
@@ -75,7 +91,7 @@ class Fail(msgspec.Struct, frozen=True):
     error: Exception
 
 
-Action = Begin | RequestChunk | Release | Complete | Fail
+Action = Begin | RequestChunk | CopyLocal | Release | Complete | Fail
 
 
 class _Transfer(msgspec.Struct, eq=False, dict=True):
@@ -85,6 +101,7 @@ class _Transfer(msgspec.Struct, eq=False, dict=True):
     sources: list[str]
     waiters: list[Any]
     started: bool = False
+    local: bool = False  # a local copy is wanted (before start) or under way (after)
     source_index: int = 0
     next_offset: int = 0  # first byte never requested yet
     redo: deque[int] = msgspec.field(default_factory=deque)  # offsets to request again (new source)
@@ -140,16 +157,20 @@ class PullManager:
         self._outstanding = 0
         self.transfers_started = 0
         self.pulls_merged = 0
+        self.local_copies = 0  # pulls completed by a local copy
+        self.local_fallbacks = 0  # local copies that failed or went silent: chunks instead
 
     # -- events ------------------------------------------------------------------------
 
     def pull(
-        self, object_id: bytes, size: int, sources: Sequence[str], waiter: Any, now: float
+        self, object_id: bytes, size: int, sources: Sequence[str], waiter: Any, now: float,
+        *, local: bool = False,
     ) -> list[Action]:
         """Someone needs `object_id` (`size` bytes) from one of `sources`, tried in order.
 
         A pull of an object already in flight joins that transfer (its new sources are
-        appended) and returns no actions; otherwise the answer is one `Begin`.
+        appended) and returns no actions; otherwise the answer is one `Begin`. With `local`,
+        the first source is asked for a local copy before any chunk.
         """
         if not isinstance(size, int) or size < 0:
             raise ValueError(f"object size must be an int >= 0, got {size!r}")
@@ -169,7 +190,7 @@ class PullManager:
         tid = self._next_id
         self._next_id += 1
         t = _Transfer(tid, object_id, size, list(dict.fromkeys(sources)), [waiter],
-                      last_progress=now)
+                      last_progress=now, local=bool(local) and size > 0)
         self._by_id[tid] = t
         self._by_object[object_id] = t
         self.transfers_started += 1
@@ -182,8 +203,46 @@ class PullManager:
         t.last_progress = now
         if t.size == 0:
             return self._finish(t)
+        if t.local:
+            return [CopyLocal(t.source, t.transfer_id, t.object_id, t.size)]
         self._ready.append(t)
         return self._fill()
+
+    def local_done(self, transfer_id: int, now: float) -> list[Action]:
+        """The local copy of the transfer is written: complete it. Ignored when the
+        transfer is over or no longer copying locally (it moved on meanwhile)."""
+        t = self._by_id.get(transfer_id)
+        if t is None or not t.started or not t.local:
+            return []
+        t.local = False
+        t.received = t.size
+        t.last_progress = now
+        self.local_copies += 1
+        return self._finish(t)
+
+    def local_failed(self, transfer_id: int, why: str, now: float) -> list[Action]:
+        """The local copy cannot be made (another machine, no access, a wrong identity):
+        pull the object in chunks from the same source instead."""
+        t = self._by_id.get(transfer_id)
+        if t is None or not t.started or not t.local:
+            return []
+        t.local = False
+        t.last_progress = now
+        t.stalls = 0
+        self.local_fallbacks += 1
+        self._ready.append(t)
+        return self._fill()
+
+    def local_progress(self, transfer_id: int, now: float) -> None:
+        """A piece of the local copy is written (a long copy is not a silent one)."""
+        t = self._by_id.get(transfer_id)
+        if t is not None and t.local:
+            t.last_progress = now
+
+    def copying_locally(self, transfer_id: int) -> bool:
+        """Whether the transfer is waiting for its local copy."""
+        t = self._by_id.get(transfer_id)
+        return t is not None and t.started and t.local
 
     def abort(self, transfer_id: int, error: Exception) -> list[Action]:
         """The transfer cannot go on (no room in the store, the shell is closing, ...)."""
@@ -197,7 +256,7 @@ class PullManager:
         region first, then carry out the actions. Unexpected chunks (a late duplicate, a
         source given up on) are not written."""
         t = self._by_id.get(transfer_id)
-        if t is None or not t.started or source != t.source:
+        if t is None or not t.started or t.local or source != t.source:
             return False, []
         if size != t.size:
             return False, self._fail(t, ObjectLostError(
@@ -244,6 +303,11 @@ class PullManager:
         """Check for stalled transfers; call every fraction of `stall_timeout`."""
         actions: list[Action] = []
         for t in list(self._by_id.values()):
+            if t.started and t.local:
+                if now - t.last_progress >= self.stall_timeout:
+                    actions += self.local_failed(
+                        t.transfer_id, f"no local copy within {self.stall_timeout:g} s", now)
+                continue
             if not t.outstanding:
                 # Waiting for a request slot (others hold them all) is not a stall.
                 t.last_progress = now
@@ -281,6 +345,23 @@ class PullManager:
         t = self._by_id.get(transfer_id)
         return 0 if t is None else len(t.outstanding)
 
+    def validate(self) -> None:
+        """Check the invariants (tests call it after every event)."""
+        assert len(self._by_id) == len(self._by_object)
+        total = 0
+        for tid, t in self._by_id.items():
+            assert t.transfer_id == tid and self._by_object[t.object_id] is t
+            assert 0 <= t.source_index < len(t.sources)
+            assert 0 <= t.received <= t.size and t.next_offset <= t.size
+            assert not (t.local and (t.outstanding or t.redo or t.next_offset)), \
+                "a transfer copying locally has chunk requests"
+            assert len(t.outstanding) <= self.window
+            total += len(t.outstanding)
+        assert total == self._outstanding, (total, self._outstanding)
+        assert self._outstanding <= self.max_outstanding
+        for t in self._ready:
+            assert t.transfer_id in self._by_id and not t.local
+
     # -- internals ---------------------------------------------------------------------
 
     def _fill(self) -> list[Action]:
@@ -306,6 +387,7 @@ class PullManager:
 
     def _next_source(self, t: _Transfer, why: str, now: float, *, release: bool) -> list[Action]:
         t.failures.append(why)
+        t.local = False  # a local copy is only ever tried from the first source
         actions: list[Action] = []
         if release and t.started:
             actions.append(Release(t.source, t.transfer_id, t.object_id, False))

@@ -5,6 +5,11 @@ keeps a bounded number of requests outstanding; each `Chunk` answer carries its 
 message's single buffer frame, never inside the msgpack header. A transfer ends with
 `PullDone` from the puller (the holder releases its pin) or `PullFailed` from the holder.
 Freeing the primary copy frees the secondaries through `runtime.FreeObjects`.
+
+A puller on the same machine as the holder may ask `LocalReadRequest` instead: the holder
+pins the object and answers `LocalReadOffer` (where its bytes lie in the holder's store
+file, and that file's identity), the puller verifies the file and copies the bytes itself,
+then ends with `PullDone` as above (or falls back to chunks of the same transfer).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import msgspec
 
 from zmesh.protocol.messages.base import Message
 
-__all__ = ["ChunkRequest", "Chunk", "PullFailed", "PullDone"]
+__all__ = ["ChunkRequest", "Chunk", "PullFailed", "PullDone", "LocalReadRequest", "LocalReadOffer"]
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 ObjectId = Annotated[bytes, msgspec.Meta(min_length=1, max_length=64)]
@@ -63,3 +68,26 @@ class PullDone(Message, tag=143):
     transfer_id: NonNegative
     object_id: ObjectId
     ok: bool = True
+
+
+class LocalReadRequest(Message, tag=144):
+    """Puller -> holder on the same machine: pin `object_id` for this transfer and say where
+    its bytes lie (answered by `LocalReadOffer`, or `PullFailed` when not held)."""
+
+    transfer_id: NonNegative
+    object_id: ObjectId
+
+
+class LocalReadOffer(Message, tag=145):
+    """Holder -> puller: the object is `size` bytes at `offset` of the file `path`, whose
+    identity is (`dev`, `ino`) on the machine booted as `boot_id`. The puller trusts none of
+    it: it opens the file itself and checks the identity, owner and mode before reading."""
+
+    transfer_id: NonNegative
+    object_id: ObjectId
+    path: Annotated[str, msgspec.Meta(max_length=4096)]
+    offset: NonNegative
+    size: NonNegative
+    dev: NonNegative
+    ino: NonNegative
+    boot_id: Annotated[str, msgspec.Meta(max_length=64)]

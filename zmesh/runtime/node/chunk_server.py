@@ -7,6 +7,11 @@ only when the session is over (`PullDone`, the puller died, or it went idle) AND
 let go of every slice, so the bytes never move or get reused while they are on the wire.
 The server also remembers which nodes pulled a copy (`holders`), so that freeing the
 primary copy can free the secondaries.
+
+A puller on this machine may ask where the object lies instead (`LocalReadRequest`): the
+server pins it for that transfer and answers with the store file and its identity
+(`LocalReadOffer`); the pin is dropped like a chunk session's (`PullDone`, the puller died,
+or it went idle), here at once since no slice of it is on the wire.
 """
 
 from __future__ import annotations
@@ -19,7 +24,15 @@ import msgspec
 
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages.base import Message
-from zmesh.protocol.messages.transfer import Chunk, ChunkRequest, PullDone, PullFailed
+from zmesh.protocol.messages.transfer import (
+    Chunk,
+    ChunkRequest,
+    LocalReadOffer,
+    LocalReadRequest,
+    PullDone,
+    PullFailed,
+)
+from zmesh.store.local_read import describe
 from zmesh.store.mapping import StoreMapper
 from zmesh.store.object_store import ObjectStore
 
@@ -36,6 +49,12 @@ Send = Callable[[str, Message, Sequence[Any]], bool]
 class _Session(msgspec.Struct, eq=False, dict=True):
     object_id: bytes
     view: memoryview
+    last_used: float
+
+
+class _LocalSession(msgspec.Struct, eq=False, dict=True):
+    object_id: bytes
+    client: str  # the store pin's client name
     last_used: float
 
 
@@ -62,9 +81,11 @@ class ChunkServer:
         self._call_soon = call_soon
         self.session_timeout = session_timeout
         self._sessions: dict[tuple[str, int], _Session] = {}
+        self._local: dict[tuple[str, int], _LocalSession] = {}
         self._holders: dict[bytes, set[str]] = {}
         self.chunks_served = 0
         self.bytes_served = 0
+        self.local_offers = 0
         self._closed = False
 
     # -- handlers (sender, message, buffers) -------------------------------------------
@@ -97,11 +118,54 @@ class ChunkServer:
             self.chunks_served += 1
             self.bytes_served += msg.length
 
+    def on_local_request(self, sender: str, msg: LocalReadRequest, bufs: list[Any],
+                         now: float) -> None:
+        """Pin the object for the transfer and say where it lies (a puller on this machine)."""
+        key = (sender, msg.transfer_id)
+        local = self._local.get(key)
+        if local is not None and local.object_id != msg.object_id:
+            self._end_local(key)  # the puller restarted and reused the id
+            local = None
+        store = self._store
+        object_id = msg.object_id
+        if not store.contains(object_id):
+            self._refuse(sender, msg, "it is not in this node's object store", lost=True)
+            return
+        if not store.is_sealed(object_id):
+            self._refuse(sender, msg, "it is still being written here", lost=True)
+            return
+        client = f"local:{sender}#{msg.transfer_id}"
+        try:
+            loc = store.pin(object_id, client)
+        except (ObjectLostError, ObjectStoreFullError) as exc:
+            self._refuse(sender, msg, f"it cannot be read here: {exc}", lost=True)
+            return
+        try:
+            where = describe(store.directory, loc)
+        except OSError as exc:
+            store.unpin(object_id, client)
+            self._refuse(sender, msg, f"its store file cannot be named: {exc}", lost=True)
+            return
+        if local is not None:
+            store.unpin(object_id, client)  # a repeated request: one pin per transfer
+            local.last_used = now
+        else:
+            self._local[key] = _LocalSession(object_id, client, now)
+        self._holders.setdefault(object_id, set()).add(sender)
+        self.local_offers += 1
+        self._send(sender, LocalReadOffer(
+            transfer_id=msg.transfer_id, object_id=object_id, path=where.path,
+            offset=where.offset, size=where.size, dev=where.dev, ino=where.ino,
+            boot_id=where.boot_id), ())
+
     def on_pull_done(self, sender: str, msg: PullDone, bufs: list[Any]) -> None:
         key = (sender, msg.transfer_id)
         session = self._sessions.get(key)
         if session is not None and session.object_id == msg.object_id:
             self._end(key)
+        local = self._local.get(key)
+        if local is not None and local.object_id == msg.object_id:
+            self._end_local(key)
         if not msg.ok:
             self._drop_holder(msg.object_id, sender)
 
@@ -121,6 +185,8 @@ class ChunkServer:
         """Drop the sessions of a dead puller and forget the copies it held."""
         for key in [k for k in self._sessions if k[0] == address]:
             self._end(key)
+        for key in [k for k in self._local if k[0] == address]:
+            self._end_local(key)
         for object_id in [oid for oid, nodes in self._holders.items() if address in nodes]:
             self._drop_holder(object_id, address)
 
@@ -131,16 +197,24 @@ class ChunkServer:
                 logger.info("transfer of %s to %s idle for %.0f s; released",
                             session.object_id.hex(), key[0], now - session.last_used)
                 self._end(key)
+        for key, local in list(self._local.items()):
+            if now - local.last_used > self.session_timeout:
+                logger.info("local read of %s by %s idle for %.0f s; released",
+                            local.object_id.hex(), key[0], now - local.last_used)
+                self._end_local(key)
 
     @property
     def sessions(self) -> int:
-        return len(self._sessions)
+        """Transfers being served: chunk sessions and local reads."""
+        return len(self._sessions) + len(self._local)
 
     def close(self) -> None:
         """Drop every session (their pins go when zmq lets go of the slices in flight)."""
         self._closed = True
         for key in list(self._sessions):
             self._end(key)
+        for key in list(self._local):
+            self._end_local(key)
 
     # -- internals ---------------------------------------------------------------------
 
@@ -174,6 +248,11 @@ class ChunkServer:
         # Dropping the view is all: the unpin runs once zmq has released the last slice.
         self._sessions.pop(key, None)
 
+    def _end_local(self, key: tuple[str, int]) -> None:
+        local = self._local.pop(key, None)
+        if local is not None:
+            self._unpin(local.object_id, local.client)
+
     def _unpin(self, object_id: bytes, client: str) -> None:
         try:
             self._store.unpin(object_id, client)
@@ -187,7 +266,8 @@ class ChunkServer:
             if not nodes:
                 del self._holders[object_id]
 
-    def _refuse(self, sender: str, msg: ChunkRequest, why: str, *, lost: bool) -> None:
+    def _refuse(self, sender: str, msg: ChunkRequest | LocalReadRequest, why: str, *,
+                lost: bool) -> None:
         self._send(sender, PullFailed(transfer_id=msg.transfer_id, object_id=msg.object_id,
                                       reason=f"object {msg.object_id.hex()}: {why}",
                                       lost=lost), ())

@@ -26,6 +26,7 @@ from zmesh.protocol.messages.membership import (
     PushPull,
 )
 from zmesh.runtime.loop import EventLoop
+from zmesh.store.local_read import boot_id
 
 logger = logging.getLogger("zmesh.mesh")
 
@@ -33,6 +34,7 @@ TOTAL_PREFIX = "total:"
 NODE_ID_LABEL = "zmesh.node_id"
 IPC_LABEL = "zmesh.ipc"
 PID_LABEL = "zmesh.pid"
+BOOT_LABEL = "zmesh.boot"  # the machine's boot id: a hint that its store files may be read here
 PUBLISH_PERIOD_S = 0.1
 #: how long a joining node waits to hear from any member before it gives up
 JOIN_TIMEOUT_S = float(os.environ.get("ZMESH_JOIN_TIMEOUT_S", "10"))
@@ -78,7 +80,7 @@ class MeshAgent:
         self._on_view = on_view
         self._on_gone = on_gone
         self._labels = {**labels, NODE_ID_LABEL: node_id, IPC_LABEL: ipc_address,
-                        PID_LABEL: str(pid)}
+                        PID_LABEL: str(pid), BOOT_LABEL: boot_id()}
         self.membership = Membership(address, resources=self._resources(), labels=self._labels,
                                      rng=rng)
         self.node_address: dict[str, str] = {node_id: address}  # node id -> tcp address

@@ -7,6 +7,11 @@ mapped region (the only copy on the receiving side), seals it as a secondary cop
 calls the waiters; `ChunkServer` answers other nodes' requests. Freeing an object here
 forwards the free to every node that pulled a copy from here.
 
+With `local_root` set, a pull from a node that may run on this machine (`local_hint`) first
+asks it where the object lies in its store file and copies the bytes from that file (after
+`zmesh.store.local_read.open_verified` checks it), in steps between other messages; any
+refusal falls back to chunks from the same source, counted in `local_fallbacks`.
+
 Every method runs on the loop thread (post from elsewhere with `loop.call_soon`). Frees must
 go through `free`, never straight to the store: a region being filled by a pull must not
 be released under it.
@@ -15,6 +20,7 @@ be released under it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -25,6 +31,7 @@ from zmesh.core.pull_manager import (
     Action,
     Begin,
     Complete,
+    CopyLocal,
     Fail,
     PullManager,
     Release,
@@ -32,9 +39,23 @@ from zmesh.core.pull_manager import (
 )
 from zmesh.errors import ObjectLostError
 from zmesh.protocol.messages.runtime import FreeObjects
-from zmesh.protocol.messages.transfer import Chunk, ChunkRequest, PullDone, PullFailed
+from zmesh.protocol.messages.transfer import (
+    Chunk,
+    ChunkRequest,
+    LocalReadOffer,
+    LocalReadRequest,
+    PullDone,
+    PullFailed,
+)
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.chunk_server import ChunkServer
+from zmesh.store.local_read import (
+    COPY_PIECE,
+    LocalFile,
+    LocalReadRefused,
+    copy_piece,
+    open_verified,
+)
 from zmesh.store.mapping import StoreMapper
 from zmesh.store.object_store import ObjectStore
 
@@ -61,6 +82,10 @@ class TransferStats(msgspec.Struct, frozen=True):
     serving_sessions: int
     chunks_served: int
     bytes_served: int
+    local_copies: int = 0  # pulls made by copying a store file on this machine
+    local_bytes: int = 0
+    local_fallbacks: int = 0  # local copies refused or failed: pulled in chunks instead
+    local_offers: int = 0  # local reads this node answered for others
 
 
 class ObjectTransfer:
@@ -70,7 +95,9 @@ class ObjectTransfer:
     `max_outstanding` over all pulls; a source silent for `stall_timeout` seconds is asked
     again `retries` times, then the next source is tried, then the pull fails with
     ObjectLostError. `mapper` should be the store's own (default: a new one on its
-    directory). Call `register(loop)` before use and `close()` before the store closes.
+    directory). `local_root` (the store root of this node's directory) turns on local
+    copies from sources that `local_hint(address)` says may be on this machine (default:
+    all). Call `register(loop)` before use and `close()` before the store closes.
     """
 
     def __init__(
@@ -85,6 +112,8 @@ class ObjectTransfer:
         retries: int = 2,
         session_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        local_root: str | None = None,
+        local_hint: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
         self._own_mapper = mapper is None
@@ -100,6 +129,11 @@ class ObjectTransfer:
         self._objects: dict[int, bytes] = {}  # transfer id -> object id
         self.chunks_received = 0
         self.bytes_received = 0
+        self.local_root = local_root
+        self._local_hint = local_hint
+        self._local_from: dict[int, str] = {}  # transfer id -> source asked for a local read
+        self.local_bytes = 0
+        self.last_local_refusal = ""  # why the latest local copy fell back (for tests, logs)
         self._closed = False
 
     # -- wiring ------------------------------------------------------------------------
@@ -112,6 +146,8 @@ class ObjectTransfer:
         loop.on(Chunk, self.on_chunk)
         loop.on(PullFailed, self.on_pull_failed)
         loop.on(PullDone, self.server.on_pull_done)
+        loop.on(LocalReadRequest, self.on_local_request)
+        loop.on(LocalReadOffer, self.on_local_offer)
         if handle_free:
             loop.on(FreeObjects, self.on_free_objects)
         loop.call_later(self._tick_period(), self._tick)
@@ -134,7 +170,10 @@ class ObjectTransfer:
                 and self.store.is_sealed(object_id):
             _call(on_done, object_id, None)
             return
-        self._run(self.manager.pull(object_id, size, sources, on_done, self._clock()))
+        local = self.local_root is not None and (
+            self._local_hint is None or self._local_hint(sources[0]))
+        self._run(self.manager.pull(object_id, size, sources, on_done, self._clock(),
+                                    local=local))
 
     def on_chunk(self, sender: str, msg: Chunk, bufs: list[Any]) -> None:
         if len(bufs) != 1:
@@ -156,7 +195,56 @@ class ObjectTransfer:
     def on_pull_failed(self, sender: str, msg: PullFailed, bufs: list[Any]) -> None:
         self._run(self.manager.on_failed(sender, msg.transfer_id, msg.reason, self._clock()))
 
+    def on_local_offer(self, sender: str, msg: LocalReadOffer, bufs: list[Any]) -> None:
+        tid = msg.transfer_id
+        if self._local_from.get(tid) != sender or self._objects.get(tid) != msg.object_id \
+                or not self.manager.copying_locally(tid):
+            return  # late, or not asked of this sender
+        del self._local_from[tid]
+        view = self._views[tid]
+        if msg.size != len(view):
+            self._local_failed(tid, f"{sender} has {msg.size} bytes, {len(view)} expected")
+            return
+        assert self.local_root is not None
+        offer = LocalFile(msg.path, msg.offset, msg.size, msg.dev, msg.ino, msg.boot_id)
+        try:
+            fd = open_verified(self.local_root, offer)
+        except (LocalReadRefused, OSError) as exc:
+            self._local_failed(tid, str(exc))
+            return
+        self._copy_step(tid, fd, msg.offset, 0)
+
+    def _copy_step(self, tid: int, fd: int, src_offset: int, done: int) -> None:
+        """Copy the next piece of the local read; the loop serves a message between pieces."""
+        view = self._views.get(tid)
+        if view is None or not self.manager.copying_locally(tid):
+            os.close(fd)  # the pull ended meanwhile (freed, source died, node closing)
+            return
+        end = min(done + COPY_PIECE, len(view))
+        try:
+            copy_piece(fd, src_offset + done, view[done:end])
+        except (LocalReadRefused, OSError) as exc:
+            os.close(fd)
+            self._local_failed(tid, f"reading the file failed: {exc}")
+            return
+        if end < len(view):
+            assert self._loop is not None
+            self.manager.local_progress(tid, self._clock())
+            self._loop.call_later(0.0, lambda: self._copy_step(tid, fd, src_offset, end))
+            return
+        os.close(fd)
+        self.local_bytes += end
+        self._run(self.manager.local_done(tid, self._clock()))
+
+    def _local_failed(self, tid: int, why: str) -> None:
+        self.last_local_refusal = why
+        logger.debug("local copy for transfer %d refused, pulling in chunks: %s", tid, why)
+        self._run(self.manager.local_failed(tid, why, self._clock()))
+
     # -- serving -----------------------------------------------------------------------
+
+    def on_local_request(self, sender: str, msg: LocalReadRequest, bufs: list[Any]) -> None:
+        self.server.on_local_request(sender, msg, bufs, self._clock())
 
     def on_chunk_request(self, sender: str, msg: ChunkRequest, bufs: list[Any]) -> None:
         self.server.on_chunk_request(sender, msg, bufs, self._clock())
@@ -199,7 +287,9 @@ class ObjectTransfer:
             transfers_started=m.transfers_started, pulls_merged=m.pulls_merged,
             chunks_received=self.chunks_received, bytes_received=self.bytes_received,
             serving_sessions=self.server.sessions, chunks_served=self.server.chunks_served,
-            bytes_served=self.server.bytes_served)
+            bytes_served=self.server.bytes_served, local_copies=m.local_copies,
+            local_bytes=self.local_bytes, local_fallbacks=m.local_fallbacks,
+            local_offers=self.server.local_offers)
 
     def close(self) -> None:
         """Fail every pull in flight and drop every session; idempotent."""
@@ -221,6 +311,8 @@ class ObjectTransfer:
                 self._request(action)
             elif type(action) is Begin:
                 self._begin(action)
+            elif type(action) is CopyLocal:
+                self._ask_local(action)
             elif type(action) is Release:
                 self._send(action.source, PullDone(transfer_id=action.transfer_id,
                                                    object_id=action.object_id, ok=action.ok), ())
@@ -236,6 +328,13 @@ class ObjectTransfer:
             self._run(self.manager.on_failed(a.source, a.transfer_id,
                                              "cannot send to it (unreachable address, or its "
                                              "send queue is full)", self._clock()))
+
+    def _ask_local(self, a: CopyLocal) -> None:
+        self._local_from[a.transfer_id] = a.source
+        if not self._send(a.source, LocalReadRequest(transfer_id=a.transfer_id,
+                                                     object_id=a.object_id), ()):
+            self._local_from.pop(a.transfer_id, None)
+            self._local_failed(a.transfer_id, f"cannot send to {a.source}")
 
     def _begin(self, a: Begin) -> None:
         try:
@@ -273,6 +372,7 @@ class ObjectTransfer:
 
     def _drop_view(self, transfer_id: int) -> bool:
         self._objects.pop(transfer_id, None)
+        self._local_from.pop(transfer_id, None)
         view = self._views.pop(transfer_id, None)
         if view is None:
             return False

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages import runtime as m
-from zmesh.protocol.messages.transfer import ChunkRequest
+from zmesh.protocol.messages.transfer import ChunkRequest, LocalReadRequest
 from zmesh.runtime import values
 from zmesh.runtime.loop import EventLoop
-from zmesh.runtime.node.mesh import IPC_LABEL
+from zmesh.runtime.node.mesh import BOOT_LABEL, IPC_LABEL
 from zmesh.runtime.node.object_transfer import ObjectTransfer
+from zmesh.store.local_read import boot_id
 
 if TYPE_CHECKING:
     from zmesh.runtime.node.server import Node
@@ -35,7 +36,10 @@ class NodeObjects:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.transfer = ObjectTransfer(node.store, mapper=node.store.mapper, clock=node.loop.clock)
+        # Sources on this machine (same boot id advertised) are first asked for a local copy.
+        self.transfer = ObjectTransfer(node.store, mapper=node.store.mapper, clock=node.loop.clock,
+                                       local_root=os.path.dirname(node.store_dir),
+                                       local_hint=self._maybe_same_machine)
         # Seal travels on the writer's connection, the reader's pin or a peer's chunk request
         # on another, so they can overtake it: they wait here for the seal.
         self._unsealed: dict[bytes, list[Callable[[], None]]] = {}
@@ -50,6 +54,7 @@ class NodeObjects:
         loop.on(m.FreeObjects, self.on_free)
         loop.on(m.SealObject, self.on_seal)
         loop.on(ChunkRequest, self.on_chunk_request)  # in place of the transfer's own
+        loop.on(LocalReadRequest, self.on_local_request)  # likewise
 
     # -- pins ------------------------------------------------------------------------------
     def on_pin(self, sender: str, msg: m.PinObject, bufs: list[Any]) -> None:
@@ -110,6 +115,11 @@ class NodeObjects:
         if not self._wait_for_seal(msg.object_id,
                                    lambda: self.transfer.on_chunk_request(sender, msg, bufs)):
             self.transfer.on_chunk_request(sender, msg, bufs)
+
+    def on_local_request(self, sender: str, msg: LocalReadRequest, bufs: list[Any]) -> None:
+        if not self._wait_for_seal(msg.object_id,
+                                   lambda: self.transfer.on_local_request(sender, msg, bufs)):
+            self.transfer.on_local_request(sender, msg, bufs)
 
     def _wait_for_seal(self, object_id: bytes, retry: Callable[[], None]) -> bool:
         """Queue `retry` if a local writer has yet to seal the object (not a pull's copy)."""
@@ -186,6 +196,17 @@ class NodeObjects:
             if info.address == address:
                 return info.metadata.labels.get(IPC_LABEL, "")
         return ""
+
+    def _maybe_same_machine(self, address: str) -> bool:
+        """Whether the node at `address` says it runs on this machine (only a hint: the
+        file it names is verified before a byte is read)."""
+        mesh = self.node.mesh
+        if mesh is None or not boot_id():
+            return False
+        for info in mesh.membership.members().values():
+            if info.address == address:
+                return info.metadata.labels.get(BOOT_LABEL, "") == boot_id()
+        return False
 
     def _why_unreachable(self, node_id: str) -> str:
         mesh = self.node.mesh

@@ -1,0 +1,202 @@
+"""Pulls between two stores on this machine copy the holder's file instead of the network,
+and fall back to chunks, reading nothing, whenever the holder's answer does not check out.
+
+The holder is a child process (`PeerProcess`) or this process (`TransferNode`), as in
+test_object_transfer; both stores live under one private root (the scratch directory).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from runtime_fixtures import wait_until
+from transfer_harness import MiB, PeerProcess, TransferNode, digest, pattern
+
+from zmesh.protocol.messages.transfer import LocalReadOffer
+from zmesh.store.local_read import COPY_PIECE
+
+STORE_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/sys/kernel/random/boot_id"),
+                                reason="needs the kernel's boot id (Linux)")
+
+
+@pytest.fixture
+def scratch() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="zl-", dir=STORE_ROOT)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def peer(scratch: str) -> Iterator[PeerProcess]:
+    p = PeerProcess("tcp://127.0.0.1:0", f"{scratch}/peer-store", 256 * MiB)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def local(scratch: str) -> Iterator[TransferNode]:
+    node = TransferNode("tcp://127.0.0.1:0", f"{scratch}/local-store", 256 * MiB,
+                        local_root=scratch, stall_timeout=5.0, retries=1)
+    yield node
+    node.close()
+
+
+def test_a_same_host_pull_copies_the_file_not_the_network(
+    peer: PeerProcess, local: TransferNode
+) -> None:
+    size = 2 * COPY_PIECE + 12345  # several copy steps, a ragged last one
+    oid, expected = peer.put(size, seed=1)
+    assert local.pull(oid, peer.address, size).result(60) == oid
+    assert local.digest_of(oid) == expected
+    assert local.call(lambda: local.store._entries[oid].secondary)
+    state = local.state()
+    assert (state["local_copies"], state["local_bytes"], state["bytes_received"],
+            state["local_fallbacks"]) == (1, size, 0, 0)
+    # The holder pinned it for the copy and let go when the puller said it was done.
+    assert peer.state()["local_offers"] == 1
+    assert wait_until(lambda: peer.state()["num_pinned"] == 0, timeout=10)
+    assert peer.state()["serving_sessions"] == 0
+
+
+def test_small_objects_sharing_an_arena_segment_copy_from_their_own_offsets(
+    peer: PeerProcess, local: TransferNode
+) -> None:
+    objects = [(size, *peer.put(size, seed=10 + i))
+               for i, size in enumerate([1, 4096, 200_000, 3 * MiB + 7, 5])]
+    futures = [local.pull(oid, peer.address, size) for size, oid, _ in objects]
+    for fut, (_, oid, expected) in zip(futures, objects):
+        assert fut.result(60) == oid
+        assert local.digest_of(oid) == expected
+    state = local.state()
+    assert state["local_copies"] == len(objects) and state["bytes_received"] == 0
+    assert wait_until(lambda: peer.state()["num_pinned"] == 0, timeout=10)
+
+
+def _forge(local: TransferNode, change: Callable[[LocalReadOffer], dict[str, Any]]) -> None:
+    """Rewrite every LocalReadOffer this node receives before the transfer sees it."""
+    real = local.transfer.on_local_offer
+
+    def forged(sender: str, msg: LocalReadOffer, bufs: list[Any]) -> None:
+        real(sender, msgspec.structs.replace(msg, **change(msg)), bufs)
+
+    local.call(local.loop.on, LocalReadOffer, forged)
+
+
+def _copy_file(src: str, dst: str, mode: int) -> os.stat_result:
+    shutil.copyfile(src, dst)
+    os.chmod(dst, mode)
+    return os.stat(dst)
+
+
+def _evil_dir(scratch: str, name: str, mode: int = 0o700) -> str:
+    path = os.path.join(scratch, name)
+    os.mkdir(path, mode)
+    os.chmod(path, mode)
+    return path
+
+
+FORGERIES: dict[str, tuple[Callable[[str, LocalReadOffer], dict[str, Any]], str]] = {
+    "outside the store root": (
+        lambda scratch, m: {"path": "/etc/passwd"}, "not in a node directory under"),
+    "a dot-dot path": (
+        lambda scratch, m: {"path": os.path.join(scratch, "x", "..",
+                                                 os.path.relpath(m.path, scratch))},
+        "not a plain absolute path"),
+    "not a segment file": (
+        lambda scratch, m: {"path": os.path.join(os.path.dirname(m.path), "owner.pid")},
+        "not a store segment file"),
+    "a symlink to the real file": (
+        lambda scratch, m: (os.symlink(m.path, os.path.join(_evil_dir(scratch, "ln"), "seg-0"))
+                            or {"path": os.path.join(scratch, "ln", "seg-0")}),
+        "cannot open"),
+    "a symlinked node directory": (
+        lambda scratch, m: (os.symlink(os.path.dirname(m.path), os.path.join(scratch, "dl"))
+                            or {"path": os.path.join(scratch, "dl", os.path.basename(m.path))}),
+        "cannot open"),
+    "a file others may read": (
+        lambda scratch, m: (lambda st: {"path": os.path.join(scratch, "loose", "seg-0"),
+                                        "dev": st.st_dev, "ino": st.st_ino})(
+            _copy_file(m.path, os.path.join(_evil_dir(scratch, "loose"), "seg-0"), 0o644)),
+        "has mode 0o644"),
+    "a directory others may enter": (
+        lambda scratch, m: (lambda st: {"path": os.path.join(scratch, "open", "seg-0"),
+                                        "dev": st.st_dev, "ino": st.st_ino})(
+            _copy_file(m.path, os.path.join(_evil_dir(scratch, "open", 0o755), "seg-0"),
+                       0o600)),
+        "has mode 0o755"),
+    "a wrong identity": (lambda scratch, m: {"ino": m.ino + 1}, "not the file the holder named"),
+    "another machine's boot id": (
+        lambda scratch, m: {"boot_id": "0" * 36}, "another machine"),
+    "bytes past the end of the file": (
+        lambda scratch, m: {"offset": 1 << 40}, "lie outside"),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_a_forged_answer_is_refused_and_the_pull_falls_back_to_chunks(
+    forgery: str, scratch: str, peer: PeerProcess, local: TransferNode
+) -> None:
+    change, reason = FORGERIES[forgery]
+    _forge(local, lambda m: change(scratch, m))
+    size = 3 * MiB + 5
+    oid, expected = peer.put(size, seed=3)
+    assert local.pull(oid, peer.address, size).result(60) == oid
+    assert local.digest_of(oid) == expected
+    state = local.state()
+    assert (state["local_copies"], state["local_fallbacks"], state["bytes_received"]) == (
+        0, 1, size)
+    assert reason in local.transfer.last_local_refusal
+    # The holder's local pin and its chunk session both end with the transfer.
+    assert wait_until(lambda: peer.state()["num_pinned"] == 0, timeout=10)
+
+
+def test_a_holder_that_never_answers_the_local_request_is_pulled_in_chunks(
+    peer: PeerProcess, scratch: str
+) -> None:
+    node = TransferNode("tcp://127.0.0.1:0", f"{scratch}/quiet-store", 64 * MiB,
+                        local_root=scratch, stall_timeout=0.5, retries=1)
+    try:
+        node.call(node.loop.on, LocalReadOffer, lambda *a: None)  # every offer is lost
+        size = MiB + 1
+        oid, expected = peer.put(size, seed=4)
+        assert node.pull(oid, peer.address, size).result(60) == oid
+        assert node.digest_of(oid) == expected
+        assert node.state()["local_fallbacks"] == 1
+    finally:
+        node.close()
+
+
+@pytest.mark.parametrize("noticed_by", ["membership", "idle timeout"])
+def test_a_puller_killed_mid_copy_leaves_no_pin_on_the_holder(
+    noticed_by: str, scratch: str
+) -> None:
+    holder = TransferNode("tcp://127.0.0.1:0", f"{scratch}/holder-store", 256 * MiB,
+                          session_timeout=1.0)
+    puller = PeerProcess("tcp://127.0.0.1:0", f"{scratch}/puller-store", 256 * MiB,
+                         local_root=scratch)
+    try:
+        size = COPY_PIECE + 3 * MiB  # two copy steps: it dies between them
+        oid = holder.put(pattern(size, 5))
+        assert puller.command("die-mid-local-copy") == "ok"
+        assert puller.command("pull", oid.hex(), holder.address, size) == "ok"
+        assert puller.proc.wait(60) == -9
+        state = holder.state()
+        assert (state["local_offers"], state["num_pinned"]) == (1, 1)  # pinned mid-copy
+        if noticed_by == "membership":
+            holder.call(holder.transfer.peer_died, puller.address)
+            assert holder.state()["num_pinned"] == 0
+        else:
+            assert wait_until(lambda: holder.state()["num_pinned"] == 0, timeout=20)
+        assert holder.state()["serving_sessions"] == 0
+        # and the object is still whole for the next reader
+        assert holder.digest_of(oid) == digest(pattern(size, 5))
+    finally:
+        puller.close()
+        holder.close()
