@@ -30,16 +30,21 @@ __all__ = ["NodeObjects"]
 
 logger = logging.getLogger("zmesh.node")
 
+LOCAL_COPY_ENV = "ZMESH_LOCAL_COPY"
+"""0: pull objects from nodes on this machine through the socket too (no file copies)."""
+
 
 class NodeObjects:
     """Pins, frees and transfers of one node's objects (its loop thread only)."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        # Sources on this machine (same boot id advertised) are first asked for a local copy.
+        # Sources on this machine (same boot id advertised) are first asked for a local copy
+        # (ZMESH_LOCAL_COPY=0: never, every pull goes through the socket).
+        local = os.environ.get(LOCAL_COPY_ENV, "1") != "0"
         self.transfer = ObjectTransfer(node.store, mapper=node.store.mapper, clock=node.loop.clock,
-                                       local_root=os.path.dirname(node.store_dir),
-                                       local_hint=self._maybe_same_machine)
+                                       local_root=os.path.dirname(node.store_dir) if local
+                                       else None, local_hint=self._maybe_same_machine)
         # Seal travels on the writer's connection, the reader's pin or a peer's chunk request
         # on another, so they can overtake it: they wait here for the seal.
         self._unsealed: dict[bytes, list[Callable[[], None]]] = {}
