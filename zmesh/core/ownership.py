@@ -42,6 +42,7 @@ from zmesh.core.ownership_events import (
     RemoveBorrower,
     RemoveLocal,
     RemoveSubmitted,
+    ReportedBorrow,
     TakeReturned,
     Verdict,
 )
@@ -51,7 +52,7 @@ __all__ = [
     "FailBorrowed", "HandOff", "HandedOff", "HoldBorrowed", "HoldContained", "Lend", "LendDone",
     "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
     "ReadFailed", "RefuseBorrow", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
-    "RemoveSubmitted", "TakeReturned", "Verdict",
+    "RemoveSubmitted", "ReportedBorrow", "TakeReturned", "Verdict",
 ]
 
 
@@ -67,6 +68,7 @@ class Record(msgspec.Struct):
     contained: tuple[bytes, ...] = ()
     held: tuple[bytes, ...] = ()
     lent: int = 0  # open lends of it (returned to a caller that has not taken it over yet)
+    via: tuple[str, ...] = ()  # callers we told we keep this borrowed ref (they keep theirs)
 
     def in_use(self) -> bool:
         return bool(self.local or self.submitted or self.borrowers or self.escaped
@@ -156,7 +158,7 @@ class Ownership:
         if rec is not None:
             rec.local -= 1
             if not (rec.local or rec.submitted or rec.borrowers or rec.escaped or rec.lent):
-                if rec.contained or rec.held:
+                if rec.contained or rec.held or rec.via:
                     out: list[Action] = []
                     self._maybe_free(object_id, out)
                     self.log.append((RemoveLocal(object_id), tuple(out)))
@@ -273,6 +275,13 @@ class Ownership:
         host.held = host.held + e.inner
         out.append(HandOff(e.owner, e.inner, e.lender, e.token, True))
 
+    def _reported_borrow(self, e: ReportedBorrow, out: list[Action]) -> None:
+        for oid in e.object_ids:
+            rec = self.records.get(oid)
+            if rec is not None and not rec.owned and rec.owner != e.to \
+                    and e.to not in rec.via:
+                rec.via = rec.via + (e.to,)
+
     def _handed_off(self, e: HandedOff, out: list[Action]) -> None:
         if e.take:
             for oid in e.object_ids:
@@ -310,7 +319,7 @@ class Ownership:
         if rec is None or rec.in_use():
             return
         del self.records[oid]
-        out.append(Free(oid, rec.owner, rec.owned, rec.held))
+        out.append(Free(oid, rec.owner, rec.owned, rec.held, rec.via))
         for i in rec.contained:  # values inside an owned value were held like arguments
             inner = self.records.get(i)
             if inner is not None:
@@ -401,8 +410,7 @@ class Ownership:
             assert rec.local >= 0 and rec.submitted >= 0, \
                 f"{oid.hex()} has a negative count\n{self.story(oid)}"
             assert rec.owned == (rec.owner == self.address), f"{oid.hex()} owner mixed up"
-            assert rec.owned or not rec.borrowers, \
-                f"{oid.hex()} is borrowed yet has borrowers\n{self.story(oid)}"
+            assert not (rec.owned and rec.via), f"{oid.hex()} is ours, yet reported as kept"
             assert rec.lent >= 0, f"{oid.hex()} has a negative lend count\n{self.story(oid)}"
         lent: dict[bytes, int] = {}
         for token, (_, left) in self.lends.items():
@@ -459,5 +467,5 @@ _RULES = {
     OwnerDied: Ownership._on_owner_died,
     OwnerAnswered: Ownership._owner_answered, ProbeTimedOut: Ownership._probe_timed_out,
     Lend: Ownership._lend, LendDone: Ownership._lend_done, TakeReturned: Ownership._take_returned,
-    HandedOff: Ownership._handed_off,
+    HandedOff: Ownership._handed_off, ReportedBorrow: Ownership._reported_borrow,
 }

@@ -36,6 +36,7 @@ __all__ = [
     "RemoveBorrower",
     "RemoveLocal",
     "RemoveSubmitted",
+    "ReportedBorrow",
     "TakeReturned",
     "Verdict",
 ]
@@ -152,6 +153,14 @@ class HandedOff(msgspec.Struct):
     take: bool
 
 
+class ReportedBorrow(msgspec.Struct):
+    """A task we ran for `to` ended and we still hold these refs it gave us: we told `to`
+    (it keeps its own ref for us), so when we let go we tell `to` as well as the owner."""
+
+    object_ids: tuple[bytes, ...]
+    to: str
+
+
 class ReadFailed(msgspec.Struct):
     """Reading the stored copy of `object_id` failed (the copy is gone)."""
 
@@ -188,18 +197,21 @@ class ProbeTimedOut(msgspec.Struct):
 
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
          | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
-         | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff)
+         | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff
+         | ReportedBorrow)
 
 
 # -- actions --------------------------------------------------------------------------------
 class Free(msgspec.Struct):
     """Nothing holds the object any more: free its copies (owned) or tell its owner we stop
-    borrowing it; the objects in `held` were borrowed for its value and are released too."""
+    borrowing it (and the callers in `via`, which we told we kept it); the objects in `held`
+    were borrowed for its value and are released too."""
 
     object_id: bytes
     owner: str
     owned: bool
     held: tuple[bytes, ...]
+    via: tuple[str, ...] = ()
 
 
 class RefuseBorrow(msgspec.Struct):

@@ -221,3 +221,41 @@ def test_a_result_dropped_before_it_came_does_not_free_what_the_caller_still_hol
     gc.collect()
     assert int(ray.get(kept, timeout=60)[0]) == 10
     ray.kill(owner)
+
+
+
+def test_a_borrower_that_passes_a_ref_to_an_actor_that_keeps_it(ray):
+    # the task borrows the driver's object and gives it to an actor that keeps it: the
+    # actor tells the task's worker (its caller), which must keep its borrow for it. Before,
+    # the worker let go (its own ref was gone) and the driver freed the object under the
+    # actor (ObjectLostError); had the worker kept it, nothing would have released it
+    @ray.remote
+    class Keeper:
+        def __init__(self):
+            self.box = None
+
+        def keep(self, box):
+            self.box = box
+
+        def total(self):
+            return int(ray.get(self.box[0]).sum())
+
+    @ray.remote
+    def hand(keeper, box, depth):
+        if depth:
+            return ray.get(hand.remote(keeper, box, depth - 1))
+        return ray.get(keeper.keep.remote(box))
+
+    for depth in (0, 2):  # the task gives it on itself, or through two more tasks
+        keeper = Keeper.remote()
+        gc.collect()
+        before = stored()
+        ref = ray.put(np.ones(2 * MB, dtype=np.uint8))
+        ray.get(hand.remote(keeper, [ref], depth), timeout=60)
+        del ref  # only the actor holds it now
+        gc.collect()
+        for _ in range(3):  # (each read lets any wrong free land first)
+            assert ray.get(keeper.total.remote(), timeout=60) == 2 * MB
+        ray.get(keeper.keep.remote(None), timeout=60)
+        assert all_freed(before), stored()
+        ray.kill(keeper)

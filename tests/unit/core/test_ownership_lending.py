@@ -310,3 +310,25 @@ def test_a_refusal_does_not_unregister_a_caller_that_holds_the_ref_another_way()
     c.handle(AddLocal(X, W1))  # a ref to the worker's object it kept from an earlier call
     assert c.handle(HoldBorrowed((b"gone",), (X,), W1)) == []  # no RefuseBorrow for it
     assert c.handle(HoldBorrowed((b"gone",), (b"y",), W1)) == [RefuseBorrow((b"y",), W1)]
+
+
+# -- a borrower that passed a ref into a task that kept it ---------------------------------------
+def test_a_worker_that_kept_a_borrowed_argument_tells_the_caller_that_gave_it() -> None:
+    from zmesh.core.ownership import ReportedBorrow
+
+    w = Ownership(W2)
+    w.handle(AddLocal(X, OWNER))  # the argument C gave it, kept in the actor's state
+    w.handle(ReportedBorrow((X,), C))  # (the task ended: C keeps its ref for it)
+    w.handle(ReportedBorrow((X,), C))  # (once per caller)
+    assert w.handle(RemoveLocal(X)) == [Free(X, OWNER, False, (), (C,))]
+    w.validate()
+    assert w.handle(ReportedBorrow((X,), C)) == []  # not tracked: nothing to remember
+
+
+def test_the_caller_keeps_its_borrowed_ref_while_the_worker_it_gave_it_to_keeps_it() -> None:
+    c = Ownership(C)
+    c.handle(AddLocal(X, OWNER))
+    c.handle(AddBorrower((X,), W2))  # the TaskResult said W2 still holds it
+    assert c.handle(RemoveLocal(X)) == []
+    c.validate()
+    assert c.handle(RemoveBorrower((X,), W2)) == [Free(X, OWNER, False, ())]

@@ -423,9 +423,12 @@ class CoreClient:
             self.actors.out_of_scope(self.actors.lives.pop(object_id))
             return
         if not entry.owned:
-            # the owner ignores a borrower it never registered, so this is always safe
-            self.loop.send(entry.owner, m.RemoveBorrowers(object_ids=[object_id],
-                                                          borrower=self.address))
+            # the owner ignores a borrower it never registered, so this is always safe; the
+            # callers we told we kept it (`via`) keep their refs for us until they hear it
+            gone = m.RemoveBorrowers(object_ids=[object_id], borrower=self.address)
+            self.loop.send(entry.owner, gone)
+            for caller in entry.via:
+                self.loop.send(caller, gone)
             return
         value = entry.value
         if value is not None and value.loc is not None:

@@ -24,6 +24,7 @@ import cloudpickle
 
 from zmesh import runtime_env
 from zmesh.core.mailbox import Mailbox
+from zmesh.core.ownership import ReportedBorrow
 from zmesh.errors import ActorExit, ObjectLostError, TaskCancelledError, TaskInterrupt
 from zmesh.protocol.messages import runtime as m
 from zmesh.ray_compat import install_if_requested
@@ -38,6 +39,11 @@ from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_valu
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
 
 _NO_LENT: list[m.Lent] = []  # (never mutated)
+
+
+def _held(rec: Any) -> bool:
+    """Whether this process still holds a ref (a lend alone is handed over to the caller)."""
+    return bool(rec.local or rec.submitted or rec.borrowers or rec.escaped)
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
@@ -312,10 +318,7 @@ class Executor:
         events.recorder.end(task_id, ok)
         borrowed: list[bytes] = []
         if refs:
-            ids = {r.id for r in refs if r.owner != self.client.address}
-            refs.clear()
-            entries = self.client.objects.entries
-            borrowed = [oid for oid in ids if oid in entries and entries[oid].local > 0]
+            borrowed = self._still_held(refs, owner)
         lent = self._lent.pop(task_id, _NO_LENT)
         result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed,
                               contained=self._contained.pop(task_id, []), attempt=attempt,
@@ -327,6 +330,22 @@ class Executor:
         if self.actor is not None:
             self.replies.put(result)
         return result
+
+    def _still_held(self, refs: list[Any], caller: str) -> list[bytes]:
+        """The borrowed argument refs we still hold now that the work is done (in state, in
+        tasks we passed them to, ...): the caller keeps its own for us until we let go.
+        Those it does not own we report to it as well as to their owner when we let go."""
+        me = self.client.address
+        ids = {r.id for r in refs if r.owner != me}
+        refs.clear()
+        objects = self.client.objects
+        with objects.lock:
+            entries = objects.entries
+            held = [oid for oid in ids if oid in entries and _held(entries[oid])]
+            theirs = tuple(oid for oid in held if entries[oid].owner != caller)
+            if theirs:
+                objects.handle(ReportedBorrow(theirs, caller))
+        return held
 
     # -- actors ----------------------------------------------------------------------------
     def _create_actor(self, spec: m.CreateActor) -> None:
