@@ -14,7 +14,10 @@ most that encryption can cost. `--link-gbit G` runs the tcp figures again betwee
 process and a server in a network namespace behind a veth pair shaped to G Gbit/s (root
 and iproute2 needed; see `netns_link.py`): "between two machines" on a real link's bandwidth.
 
-    python benchmarks/bench_transports.py [--quick] [--link-gbit 10]
+zmesh endpoints coalesce (`transports.zmq_batch`), as the runtime's event loop has them do;
+`--no-coalesce` (or ZMESH_COALESCE=0) sends every message in a frame of its own.
+
+    python benchmarks/bench_transports.py [--quick] [--link-gbit 10] [--no-coalesce]
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ PING, STREAM, BULK, QUIT = b"P", b"S", b"B", b"Q"
 BULK_FRAME = 1 << 20
 BULK_WINDOW = 16  # bulk frames in flight
 LINK_PORT = 47310  # servers' ports inside a --link-gbit namespace (its own port space)
+COALESCE_ENV = "ZMESH_COALESCE"  # children inherit it
+
+
+def _coalesce() -> bool:
+    return os.environ.get(COALESCE_ENV, "1") != "0"
 
 
 # -- servers (child process) ----------------------------------------------------------------
@@ -85,7 +93,8 @@ def serve_raw(address: str, curve: bool = False) -> None:
 
 def serve_zmesh(address: str, insecure: bool = False) -> None:
     """The same server on a zmesh Endpoint: replies go to the sender's address."""
-    endpoint = open_endpoint(address, sndhwm=100_000, rcvhwm=100_000, insecure=insecure)
+    endpoint = open_endpoint(address, sndhwm=100_000, rcvhwm=100_000, insecure=insecure,
+                             coalesce=_coalesce())
     print("ready", flush=True)
     streamed = 0
     recv, send = endpoint.recv, endpoint.send
@@ -141,7 +150,7 @@ class ZmeshClient:
 
     def __init__(self, server: str, own: str) -> None:
         self.endpoint: Endpoint = open_endpoint(own, sndhwm=100_000, rcvhwm=100_000,
-                                                insecure=self.insecure)
+                                                insecure=self.insecure, coalesce=_coalesce())
         send, recv = self.endpoint.send, self.endpoint.recv
 
         def send_one(payload: bytes) -> None:
@@ -426,8 +435,12 @@ def main() -> None:
                         help="also measure tcp over a veth link shaped to this many Gbit/s")
     parser.add_argument("--link-only", action="store_true",
                         help="with --link-gbit: skip the loopback routes")
+    parser.add_argument("--no-coalesce", action="store_true",
+                        help="zmesh endpoints send every message in a frame of its own")
     parser.add_argument("--serve", nargs=2, metavar=("IMPL", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.no_coalesce:
+        os.environ[COALESCE_ENV] = "0"
     if args.io_threads is not None:
         os.environ["ZMESH_IO_THREADS"] = str(args.io_threads)  # children inherit it
     if args.serve:
@@ -450,6 +463,7 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="zmb-", dir="/tmp")
     try:
         print(f"{PAYLOAD} B messages, window {WINDOW}, ack every {BATCH}; best of {repeat} rounds; "
+              f"coalescing {'on' if _coalesce() else 'off'}; "
               f"io threads {os.environ.get('ZMESH_IO_THREADS', '1')}; load average "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
         print(

@@ -85,6 +85,10 @@ class Endpoint(abc.ABC):
         """A send-only handle for one other thread, or None if this transport has none."""
         return None
 
+    def flush(self) -> None:
+        """Send whatever this endpoint holds back to coalesce (most hold nothing)."""
+        return None
+
     @abc.abstractmethod
     def disconnect(self, peer: str) -> None:
         """Drop the outbound connection to `peer` (a no-op if there is none)."""

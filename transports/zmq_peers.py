@@ -58,6 +58,7 @@ from zmesh.security.identity import (
 from zmesh.security.keys import ClusterCredentials
 from zmesh.security.probe import PROBE_PREFIX
 
+from . import zmq_batch
 from .base import Buffer
 from .zmq_context import INPROC_MARK
 from .zmq_proof import DEFAULT_TIMEOUT, AddressProofs, Claim
@@ -139,15 +140,16 @@ class PeerTable:
         seen before; None: it was dropped, or is held until its sender is proven."""
         if self._fds:
             self.reap()
+        n = zmq_batch.count(frames)  # every message of a batch counts, held or refused
         sender = _prop(frame, SENDER_PROPERTY)
         if sender is None:
-            return self._unmetered(rid, frame)
+            return self._unmetered(rid, frame, n)
         if not sender or len(sender) > _MAX_NAME or "://" not in sender:
-            self.dropped_unnamed += 1
+            self.dropped_unnamed += n
             return None
         proto = _prop(frame, PROTO_PROPERTY)
         if proto != _PROTO:
-            self.refused_version += 1
+            self.refused_version += n
             self._warnings.warn(
                 "refused %s: it speaks zmesh wire protocol %s, this process speaks %s; run "
                 "the same zmesh version on every member", sender, proto or "(none)", _PROTO)
@@ -156,14 +158,14 @@ class PeerTable:
         challenge = _prop(frame, PROOF_PROPERTY) is not None
         if creds is None:
             if challenge:  # (an insecure mesh proves nothing)
-                self.dropped_unnamed += 1
+                self.dropped_unnamed += n
                 return None
         else:
             key = _prop(frame, KEY_PROPERTY)
             curve = _prop(frame, "User-Id")
             proven = curve is not None and len(curve) == _KEY_CHARS  # tcp: CURVE proved it
             if proven and (curve != key or not self._is_vouched(creds, key, sender, frame)):
-                self.refused_unvouched += 1
+                self.refused_unvouched += n
                 self._warnings.warn("refused %s: its key carries no vouch of this mesh for "
                                     "that name (a zmesh process with another token, or one "
                                     "claiming another process's name?)", sender)
@@ -172,9 +174,9 @@ class PeerTable:
                 self.proofs.answer(self._router, rid, frames)
                 return None
             if proven and curve is not None:
-                if not self._admit(rid, sender, curve, frame, frames):
+                if not self._admit(rid, sender, curve, frame, frames, n):
                     return None
-            elif key is not None and not self._claim(sender, key, rid):
+            elif key is not None and not self._claim(sender, key, rid, n):
                 return None
         self._remember(rid, sender)
         self._track_fd(rid, frame)
@@ -257,7 +259,7 @@ class PeerTable:
 
     # -- checks ---------------------------------------------------------------------------
 
-    def _unmetered(self, rid: bytes, frame: zmq.Frame) -> str | None:
+    def _unmetered(self, rid: bytes, frame: zmq.Frame, n: int) -> str | None:
         """A connection without zmesh metadata: inproc (named by its routing id), else not ours."""
         try:
             frame.get("Socket-Type")
@@ -270,7 +272,7 @@ class PeerTable:
             if "://" in sender:
                 self._remember(rid, sender)
                 return sender
-        self.dropped_unnamed += 1
+        self.dropped_unnamed += n
         return None
 
     def _is_vouched(self, creds: ClusterCredentials, key: str, sender: str,
@@ -286,18 +288,18 @@ class PeerTable:
         return True
 
     def _admit(self, rid: bytes, sender: str, key: str, frame: zmq.Frame,
-               frames: list[Buffer]) -> bool:
+               frames: list[Buffer], n: int) -> bool:
         """A tcp claim of `key` to `sender`: True to deliver now; else it is held while the
         address is asked, or refused."""
         if key == process_keys().public.decode():
             return True  # this process itself (another of its endpoints, or a thread's)
         if sender.startswith(PROBE_PREFIX):
-            return self._claim(sender, key, rid)  # probes bind nothing: first key holds
+            return self._claim(sender, key, rid, n)  # probes bind nothing: first key holds
         if not sender.startswith(_PROVABLE):
-            self._spoofed(sender, key, 1, "no process that could be asked over tcp")
+            self._spoofed(sender, key, n, "no process that could be asked over tcp")
             return False
         if sender in self._own_addresses():
-            self._spoofed(sender, key, 1, "this process")  # (its own keys were let in above)
+            self._spoofed(sender, key, n, "this process")  # (its own keys were let in above)
             return False
         owner = self._owners.get(sender)
         if owner == key:
@@ -306,10 +308,10 @@ class PeerTable:
         until = self._refused.get((key, sender))
         if until is not None:
             if until > time.monotonic():
-                self._spoofed(sender, key, 1, _whose(owner))
+                self._spoofed(sender, key, n, _whose(owner))
                 return False
             del self._refused[(key, sender)]
-        if self.proofs.hold(sender, key, rid, frames):
+        if self.proofs.hold(sender, key, rid, frames, n):
             self._track_fd(rid, frame)
         else:
             self._warnings.warn("dropped a message claiming to be %s: too many messages are "
@@ -320,7 +322,7 @@ class PeerTable:
         """The address `name` answered that `owner` receives there (None: no answer in time):
         deliver the held messages of that key's claim, refuse the others'."""
         if owner is None:
-            dropped = sum(len(c.messages) for c in claims.values())
+            dropped = sum(c.count for c in claims.values())
             self.refused_unproven += dropped
             self._warnings.warn(
                 "dropped %d message(s) claiming to be %s: nobody at that address answered "
@@ -343,7 +345,7 @@ class PeerTable:
             self._refused[(key, name)] = time.monotonic() + _BACKOFF_S
             if len(self._refused) > self._max_names:
                 self._refused.popitem(last=False)
-            self._spoofed(name, key, len(claim.messages), _whose(owner))
+            self._spoofed(name, key, claim.count, _whose(owner))
 
     def _spoofed(self, name: str, key: str, count: int, owner: str) -> None:
         self.refused_spoof += count
@@ -356,11 +358,11 @@ class PeerTable:
             del self.connections[rid]
             self._forget(rid, name, gone=False)
 
-    def _claim(self, sender: str, key: str, rid: bytes) -> bool:
+    def _claim(self, sender: str, key: str, rid: bytes, n: int = 1) -> bool:
         held = self._claims.get(sender)
         if held is not None and held[0] != key and (self._live.get(sender, 0) > 0
                                                      or self._alive(held[1])):
-            self.refused_spoof += 1
+            self.refused_spoof += n
             self._warnings.warn(
                 "refused a connection claiming to be %s: that name belongs to another "
                 "process (key %s..., still connected); this one authenticated as %s...",

@@ -137,6 +137,8 @@ class Claim:
     rids: dict[bytes, None] = field(default_factory=dict)
     messages: deque[list[Buffer]] = field(default_factory=deque)
     nbytes: int = 0
+    count: int = 0
+    """Messages held: a batch counts as the messages it holds."""
 
 
 @dataclass
@@ -194,14 +196,15 @@ class AddressProofs:
         """Whether anything is held, in flight or ready (`recv` then takes its slow path)."""
         return bool(self._names or self.ready)
 
-    def hold(self, name: str, key: str, rid: bytes, frames: list[Buffer]) -> bool:
+    def hold(self, name: str, key: str, rid: bytes, frames: list[Buffer], count: int = 1) -> bool:
         """Keep a message of `key`'s claim to `name` until it is proven, challenging `name`
-        if no challenge is under way; False: no room, the message is dropped."""
+        if no challenge is under way; False: no room, the message is dropped. `count`: how
+        many messages it stands for (a batch; see `zmq_batch.count`)."""
         size = sum(frame_nbytes(f) for f in frames)
         challenge = self._names.get(name)
         if (self._held >= self._max_held or self._held_bytes + size > self._max_held_bytes
                 or (challenge is None and len(self._names) >= self._max_names)):
-            self.overflow += 1
+            self.overflow += count
             return False
         new = challenge is None
         if challenge is None:
@@ -212,7 +215,8 @@ class AddressProofs:
         claim.rids[rid] = None
         claim.messages.append(frames)
         claim.nbytes += size
-        self._held += 1
+        claim.count += count
+        self._held += count
         self._held_bytes += size
         if new and len(self._by_dealer) < self._max_active:
             self._start(challenge)
@@ -291,7 +295,7 @@ class AddressProofs:
             dealer.close(linger=0)
         self._names.pop(challenge.name, None)
         for claim in challenge.claims.values():
-            self._held -= len(claim.messages)
+            self._held -= claim.count
             self._held_bytes -= claim.nbytes
         self._settle(challenge.name, owner, challenge.claims)
 
@@ -339,9 +343,14 @@ def receive(ep: ZmqEndpoint, timeout: float | None) -> tuple[str, list[Buffer]] 
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     while True:
         if proofs.ready:
-            item = proofs.ready.popleft()
+            name, frames = proofs.ready.popleft()
             ep._proving = proofs.busy
-            return item
+            if len(frames[0]):
+                return name, frames
+            item = ep.open_envelope(name, frames)  # a batch: each message in turn
+            if item is not None:
+                return item
+            continue
         now = time.monotonic()
         proofs.expire(now)
         if not proofs.busy:

@@ -20,6 +20,7 @@ import zmq
 from zmesh.errors import TransportError
 
 from .base import Buffer, frame_nbytes
+from .zmq_batch import escape
 from .zmq_context import prepare_dealer
 
 if TYPE_CHECKING:
@@ -69,8 +70,11 @@ class ZmqThreadSender:
                 if len(frames) == 1:  # the common case (a task's result), without a loop
                     frame = frames[0]
                     size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
-                    _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
-                    return
+                    if size:
+                        _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
+                        return
+                if frames and not frame_nbytes(frames[0]):  # an envelope's mark: escape it
+                    frames = escape(frames)
                 last = len(frames) - 1
                 for index, frame in enumerate(frames):
                     size = len(frame) if type(frame) is bytes else frame_nbytes(frame)

@@ -22,22 +22,24 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import math
 import os
 import stat
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
 
 from zmesh.errors import TransportError
+from zmesh.protocol.codec import DropWarnings
 from zmesh.security.keys import ClusterCredentials, process_credentials
 
-from . import zmq_proof
+from . import zmq_batch, zmq_proof
 from .base import Buffer, Endpoint, frame_nbytes
 from .zmq_context import ipc_socket_in_use, new_router, prepare_dealer, shared_context
 from .zmq_peers import PeerTable
@@ -55,6 +57,7 @@ DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
 DEFAULT_MAX_PEERS = 256
 """Outbound connections an endpoint keeps open at most (the least recently used go first)."""
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
+_COALESCED = ("tcp://",)  # where `coalesce` batches (see benchmarks/results/stop21)
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
 _MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
 # A routing id no peer has: ROUTER-made ids start with a zero byte, inproc peers' ids are
@@ -75,6 +78,8 @@ _POLLIN = int(zmq.POLLIN)
 
 
 _wake_ids = itertools.count()
+_FRESH = zmq_batch.Batch()  # (a marker: "no send to this peer since the last flush")
+logger = logging.getLogger("zmesh.transports.zmq")
 
 
 def _ipc_peer_gone(address: str) -> bool:
@@ -93,6 +98,9 @@ class ZmqEndpoint(Endpoint):
     this process's, see `zmesh.security.keys`); `insecure=True` turns that off, for meshes
     whose every member does the same. `proof_timeout` (default $ZMESH_PROOF_TIMEOUT, else 20)
     is how long messages of a new tcp sender wait for its address to answer for its key.
+    `coalesce=True` holds small messages that follow another to the same tcp peer until
+    this endpoint's next `recv` (or `flush`, or a bound), and sends them as one frame
+    (`zmq_batch`): the owner thread must keep receiving.
     """
 
     def __init__(
@@ -108,6 +116,7 @@ class ZmqEndpoint(Endpoint):
         insecure: bool = False,
         max_peers: int = DEFAULT_MAX_PEERS,
         proof_timeout: float | None = None,
+        coalesce: bool = False,
     ) -> None:
         if not address.startswith(_SCHEMES):
             raise TransportError(
@@ -141,6 +150,19 @@ class ZmqEndpoint(Endpoint):
         self._also: list[str] = []  # addresses bound by bind_also
         self._proving = False  # proofs hold or have messages ready: recv takes their way
         self._wakes = 0
+        # coalescing (zmq_batch): peers whose small messages may be batched; the peers sent
+        # to since the last flush, each with its batch (None: none held); messages of
+        # batches received and not yet returned
+        self._batchable: set[str] = set()
+        self._turn: dict[str, zmq_batch.Batch | None] = {}
+        self._turn_recvs = 0
+        self._inbox: deque[tuple[str, list[Buffer]]] = deque()
+        self._coalesce = coalesce
+        self.dropped_malformed = 0
+        """Inbound envelopes (batches) dropped as malformed."""
+        self.dropped_unflushed = 0
+        """Held messages lost because their batch could not be sent (a full queue)."""
+        self._warnings = DropWarnings(logger)
         # Reentrant: a finalizer run by the garbage collector inside wake() may wake again.
         self._wake_lock = threading.RLock()
         self._context = shared_context.acquire()
@@ -281,19 +303,36 @@ class ZmqEndpoint(Endpoint):
                 size = len(frame) if type(frame) is bytes else frame_nbytes(frame)
                 if size > cap:
                     raise self._too_large(to, 0, size)
-                _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
-                return
+                if to in self._batchable:
+                    if 0 < size < zmq_batch.SMALL:
+                        batch = self._turn.get(to, _FRESH)
+                        if batch is not _FRESH:  # not the first since the last flush: hold
+                            if batch is None:
+                                batch = self._turn[to] = zmq_batch.Batch()
+                            elif batch.wire + size + 4 > zmq_batch.MAX_BATCH_BYTES:
+                                self._flush_peer(to, batch)
+                                batch = self._turn[to] = zmq_batch.Batch()
+                            batch.add1(frame, size)
+                            if batch.messages >= zmq_batch.MAX_BATCH:
+                                self._flush_peer(to, batch)
+                            return
+                        self._turn[to] = None  # the first goes at once: a lone one never waits
+                    elif self._turn.get(to):
+                        self._flush_peer(to, self._turn[to])  # order: what it holds first
+                if size:
+                    _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
+                    return
             sizes = [len(f) if type(f) is bytes else frame_nbytes(f) for f in frames]
             if not sizes:
                 raise TransportError(f"message to {to!r} has no frames; send at least one")
             for index, size in enumerate(sizes):
                 if size > cap:
                     raise self._too_large(to, index, size)
-            last = len(sizes) - 1
-            for index, frame in enumerate(frames):
-                size = sizes[index]
-                flags = _NOBLOCK if index == last else _SNDMORE
-                _send(dealer, frame, flags, size < ZERO_COPY_THRESHOLD)
+            if not sizes[0]:  # an empty first frame marks an envelope: escape it
+                frames, sizes = zmq_batch.escape(frames), [0, 0, *sizes]
+            if to in self._batchable and self._hold(to, frames, sizes):
+                return
+            self._send_parts(dealer, frames, sizes)
         except zmq.Again:
             # libzmq takes a multipart message whole or not at all, so nothing went out.
             raise TransportError(
@@ -302,6 +341,75 @@ class ZmqEndpoint(Endpoint):
         except zmq.ZMQError as exc:
             raise TransportError(f"cannot send to {to!r}: {exc}") from exc
 
+    @staticmethod
+    def _send_parts(dealer: zmq.Socket[bytes], frames: Sequence[Buffer],
+                    sizes: Sequence[int]) -> None:
+        last = len(sizes) - 1
+        for index, frame in enumerate(frames):
+            size = sizes[index]
+            flags = _NOBLOCK if index == last else _SNDMORE
+            _send(dealer, frame, flags, size < ZERO_COPY_THRESHOLD)
+
+    def _hold(self, to: str, frames: Sequence[Buffer], sizes: list[int]) -> bool:
+        """A multi-frame message to a batchable peer: True if held in its batch; else its
+        batch is sent (order) and the caller sends the message itself."""
+        batch = self._turn.get(to, _FRESH)
+        total = sum(sizes)
+        if not sizes[0] or total >= zmq_batch.SMALL or batch is _FRESH:
+            if batch is _FRESH:
+                self._turn[to] = None
+            elif batch is not None:
+                self._flush_peer(to, batch)
+            return False
+        if batch is None:
+            batch = self._turn[to] = zmq_batch.Batch()
+        elif batch.wire + total + 4 * len(sizes) > zmq_batch.MAX_BATCH_BYTES:
+            self._flush_peer(to, batch)
+            batch = self._turn[to] = zmq_batch.Batch()
+        batch.add(frames, sizes)
+        if batch.messages >= zmq_batch.MAX_BATCH:
+            self._flush_peer(to, batch)
+        return True
+
+    def _flush_peer(self, to: str, batch: zmq_batch.Batch) -> None:
+        """Send what `to`'s batch holds; the peer stays in the turn (later ones are held)."""
+        self._turn[to] = None
+        dealer = self._peers.get(to)
+        if dealer is None:
+            return
+        frames = batch.wire_frames()
+        try:
+            self._send_parts(dealer, frames, [frame_nbytes(f) for f in frames])
+        except zmq.ZMQError as exc:
+            self.dropped_unflushed += batch.messages
+            self._warnings.warn("%s: dropped %d held message(s) to %s: %s", self.address,
+                                batch.messages, to, exc)
+
+    def flush(self) -> None:
+        """Send every batch held (see `coalesce`); what follows is held again only after
+        another message to the same peer went at once."""
+        turn = self._turn
+        for to, batch in turn.items():
+            if batch is not None:
+                self._flush_peer(to, batch)
+        turn.clear()
+        self._turn_recvs = 0
+
+    @property
+    def coalesce(self) -> bool:
+        """Whether small messages to tcp peers are batched (see the class docstring)."""
+        return self._coalesce
+
+    @coalesce.setter
+    def coalesce(self, value: bool) -> None:
+        if not value:
+            self.flush()
+        self._coalesce = bool(value)
+        self._batchable = {p for p in self._peers if self._batches_to(p)}
+
+    def _batches_to(self, to: str) -> bool:
+        return self._coalesce and to.startswith(_COALESCED)
+
     def _too_large(self, to: str, index: int, size: int) -> TransportError:
         return TransportError(
             f"frame {index} to {to!r} is {size} bytes, over the cap of {self.max_frame_size} "
@@ -309,6 +417,10 @@ class ZmqEndpoint(Endpoint):
         )
 
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
+        if self._turn:
+            self._end_turn()
+        if self._inbox:
+            return self._inbox.popleft()
         if self._proving:
             return zmq_proof.receive(self, timeout)
         router = self._router
@@ -350,11 +462,39 @@ class ZmqEndpoint(Endpoint):
                     # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
                     self.dropped_oversized += 1
                     continue
+                if not len(head):  # an envelope: a batch, or an escaped message
+                    item = self.open_envelope(peer, frames)
+                    if item is None:
+                        continue
+                    return item
                 return peer, frames
         except zmq.Again:
             return None
         except zmq.ZMQError as exc:
             raise self._closed_error("recv", exc) from exc
+
+    def _end_turn(self) -> None:
+        """Before a receive: flush the batches unless more inbound messages wait (then
+        their answers may join them), for at most TURN_RECVS receives."""
+        if self._turn_recvs < zmq_batch.TURN_RECVS and (
+                self._inbox or (not self._closed
+                                and _getsockopt(self._router, _EVENTS) & _POLLIN)):
+            self._turn_recvs += 1
+            return
+        self.flush()
+
+    def open_envelope(self, peer: str, frames: list[Buffer]) -> tuple[str, list[Buffer]] | None:
+        """The first message an envelope from `peer` holds (the rest wait in the inbox,
+        returned by the next receives in order); None, counted and warned, if malformed."""
+        messages = zmq_batch.unwrap(frames)
+        if messages is None:
+            self.dropped_malformed += 1
+            self._warnings.warn("%s: dropped a malformed batch from %s (%d frames)",
+                                self.address, peer, len(frames))
+            return None
+        if len(messages) > 1:
+            self._inbox.extend([(peer, message) for message in messages[1:]])
+        return peer, messages[0]
 
     def _oversized(self, frames: list[Buffer]) -> bool:
         cap = self.max_frame_size
@@ -426,10 +566,18 @@ class ZmqEndpoint(Endpoint):
             raise TransportError(f"cannot connect to {to!r}: {exc}") from exc
         while len(self._peers) >= self._max_peers:
             # Least recently used first; close() lingers to flush what it still queues.
-            old, evicted = self._peers.popitem(last=False)
+            old = next(iter(self._peers))
+            batch = self._turn.pop(old, None)
+            if batch is not None:
+                self._flush_peer(old, batch)
+                self._turn.pop(old, None)
+            self._batchable.discard(old)
+            evicted = self._peers.pop(old)
             self._used.pop(old, None)
             evicted.close()
         self._peers[to] = dealer
+        if self._batches_to(to):
+            self._batchable.add(to)
         self._touch(to)
         return dealer
 
@@ -448,6 +596,11 @@ class ZmqEndpoint(Endpoint):
     def disconnect(self, peer: str) -> None:
         if self._closed:
             raise TransportError(f"endpoint {self.address!r} is closed; cannot disconnect")
+        batch = self._turn.pop(peer, None)
+        if batch is not None:
+            self._flush_peer(peer, batch)
+            self._turn.pop(peer, None)
+        self._batchable.discard(peer)
         dealer = self._peers.pop(peer, None)
         self._used.pop(peer, None)
         if peer == self._last_to:
@@ -464,6 +617,10 @@ class ZmqEndpoint(Endpoint):
     def close(self) -> None:
         if self._closed:
             return
+        try:
+            self.flush()  # (close lingers to send what its DEALERs queue)
+        except Exception:  # noqa: BLE001 - nothing may keep close from releasing
+            logger.debug("%s: flush at close failed", self.address, exc_info=True)
         self._closed = True
         self._release_all()
         self._track_closed()

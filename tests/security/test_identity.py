@@ -22,6 +22,7 @@ import zmesh
 from zmesh.runtime import context
 from zmesh.security.keys import ClusterCredentials
 from zmesh.testing import Cluster
+from zmesh.protocol.handshake import PROTOCOL_VERSION
 from zmesh.transports import open_endpoint
 from zmesh.transports.zmq_transport import ZmqEndpoint
 
@@ -105,7 +106,7 @@ def test_a_peer_of_another_protocol_version_is_refused_with_a_clear_warning(
         got = drain_until(server, lambda: server.peers.refused_version >= 1,
                           "the other version to be refused")
         assert got == []
-        assert "wire protocol 999, this process speaks 1" in caplog.text
+        assert f"wire protocol 999, this process speaks {PROTOCOL_VERSION}" in caplog.text
 
 
 _ATTACKER = """

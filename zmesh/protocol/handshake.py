@@ -45,8 +45,9 @@ __all__ = [
     "expect_welcome",
 ]
 
-PROTOCOL_VERSION: Final[int] = 1
-"""Bumped on every incompatible wire change (see zmesh/protocol/SCHEMA.md)."""
+PROTOCOL_VERSION: Final[int] = 2
+"""Bumped on every incompatible wire change (see zmesh/protocol/SCHEMA.md). 2: a message
+whose first frame is empty is an envelope (a batch of messages; `transports.zmq_batch`)."""
 
 ROLES: Final[frozenset[str]] = frozenset({"node", "worker", "driver", "client"})
 """The kinds of process that may say Hello."""

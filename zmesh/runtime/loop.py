@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -28,6 +29,8 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[str, Any, list[Any]], None]
 IDLE_CONNECTION_S = 60.0
 """An outbound connection unused this long is closed (reopened on the next send)."""
+COALESCE_ENV = "ZMESH_COALESCE"
+"""Set to 0 to send every message in a frame of its own (see `transports.zmq_batch`)."""
 
 
 class Waitable(Protocol):
@@ -57,6 +60,10 @@ class EventLoop:
         # ways, as if the link to them were cut.
         self.blocked: frozenset[str] = frozenset()
         self._drops = codec.DropWarnings(logger)
+        # The loop receives whenever it runs out of work, so its endpoint may hold small
+        # messages to a peer until then and send them as one frame (one encryption).
+        if hasattr(endpoint, "coalesce") and os.environ.get(COALESCE_ENV, "1") != "0":
+            endpoint.coalesce = True
 
     # -- time and blocking (a simulated loop overrides these) ------------------------------
     def clock(self) -> float:
@@ -180,6 +187,10 @@ class EventLoop:
             # and with a message alike), and no flood starves calls or timers.
             if item is not None:
                 self._dispatch(*item)
+        try:
+            endpoint.flush()  # what the last turn held goes before whoever stopped us waits
+        except TransportError:
+            pass
 
     def _dispatch(self, sender: str, frames: list[Any]) -> None:
         if self.blocked and sender in self.blocked:
