@@ -19,10 +19,10 @@ import zmq
 from security_fixtures import AnsweringMember, drain_until, member_dealer, wait_until
 
 import zmesh
+from zmesh.protocol.handshake import PROTOCOL_VERSION
 from zmesh.runtime import context
 from zmesh.security.keys import ClusterCredentials
 from zmesh.testing import Cluster
-from zmesh.protocol.handshake import PROTOCOL_VERSION
 from zmesh.transports import open_endpoint
 from zmesh.transports.zmq_transport import ZmqEndpoint
 
