@@ -1,7 +1,8 @@
 """A two-node tcp mesh on this machine: the driver talks to an actor and tasks on the node
 it is not attached to, so every message crosses a CURVE-encrypted tcp connection.
 
-Figures: pipelined actor calls (N calls submitted, then one get), pipelined tasks pinned to
+Figures: pipelined actor calls (N calls submitted, then one get; then the same with an
+ObjectRef argument, which the driver's event loop sends), pipelined tasks pinned to
 the remote node, and synchronous actor calls (get after each call), each as calls/s and CPU
 core-seconds per 1,000 calls summed over the driver, both nodes and their workers (the
 figure that load elsewhere on the machine disturbs least). Set ZMESH_COALESCE=0 to measure
@@ -22,6 +23,7 @@ from typing import Any
 import psutil
 
 import zmesh
+from zmesh.runtime import context
 from zmesh.testing import Cluster
 from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -86,6 +88,13 @@ def main() -> None:
             assert zmesh.get(refs) == list(range(args.calls))
             return args.calls
 
+        arg = zmesh.put(7)
+
+        def actor_ref_args() -> int:  # a ref argument: the driver's loop sends these calls
+            refs = [actor.ping.remote(arg) for _ in range(args.calls)]
+            assert zmesh.get(refs) == [7] * args.calls
+            return args.calls
+
         def tasks_pipelined() -> int:
             n = args.calls // 2
             refs = [square.options(scheduling_strategy=pin).remote(i) for i in range(n)]
@@ -98,9 +107,11 @@ def main() -> None:
             return args.sync
 
         rounds: dict[str, list[tuple[float, float]]] = {
-            "actor calls, pipelined": [], "tasks, pipelined": [], "actor calls, sync": []}
+            "actor calls, pipelined": [], "actor calls, ref arg": [], "tasks, pipelined": [],
+            "actor calls, sync": []}
         for _ in range(args.rounds):
             rounds["actor calls, pipelined"].append(_measure(actor_pipelined))
+            rounds["actor calls, ref arg"].append(_measure(actor_ref_args))
             rounds["tasks, pipelined"].append(_measure(tasks_pipelined))
             rounds["actor calls, sync"].append(_measure(actor_sync))
         coalesce = os.environ.get("ZMESH_COALESCE", "1") != "0"
@@ -111,9 +122,20 @@ def main() -> None:
             best = max(f[0] for f in figures)
             cpu = sorted(f[1] for f in figures)[len(figures) // 2]
             print(f"  {name:<24}{best:>10,.0f} /s   {cpu:>7.3f} core-ms/call")
+        # How much went in batches: the driver's endpoint and each node's (its metrics).
+        driver = context.current_client().endpoint
+        coalesced = {"driver": {k: getattr(driver, k, 0) for k in ("batches_sent",
+                                                                     "batched_messages")}}
+        for label, node in (("head node", cluster.head_node), ("remote node", remote)):
+            if node is not None:
+                coalesced[label] = cluster.query(node, "metrics").get("coalesced", {})
+        print("  batches sent / messages in them: " + "; ".join(
+            f"{who} {c.get('batches_sent', 0):,} / {c.get('batched_messages', 0):,}"
+            for who, c in coalesced.items()))
         if args.json:
             with open(args.json, "w") as out:
-                json.dump({"coalesce": coalesce, "rounds": rounds}, out, indent=1)
+                json.dump({"coalesce": coalesce, "rounds": rounds, "coalesced": coalesced},
+                          out, indent=1)
     finally:
         if zmesh.is_initialized():
             zmesh.shutdown()

@@ -29,18 +29,18 @@ import stat
 import threading
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
 
 from zmesh.errors import TransportError
-from zmesh.protocol.codec import DropWarnings
 from zmesh.security.keys import ClusterCredentials, process_credentials
 
 from . import zmq_batch, zmq_proof
 from .base import Buffer, Endpoint, frame_nbytes
+from .zmq_coalesce import FRESH, Coalescing
 from .zmq_context import ipc_socket_in_use, new_router, prepare_dealer, shared_context
 from .zmq_peers import PeerTable
 from .zmq_thread_sender import ZERO_COPY_THRESHOLD, ZmqThreadSender
@@ -57,7 +57,6 @@ DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
 DEFAULT_MAX_PEERS = 256
 """Outbound connections an endpoint keeps open at most (the least recently used go first)."""
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
-_COALESCED = ("tcp://",)  # where `coalesce` batches (see benchmarks/results/stop21)
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
 _MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
 # A routing id no peer has: ROUTER-made ids start with a zero byte, inproc peers' ids are
@@ -78,7 +77,6 @@ _POLLIN = int(zmq.POLLIN)
 
 
 _wake_ids = itertools.count()
-_FRESH = zmq_batch.Batch()  # (a marker: "no send to this peer since the last flush")
 logger = logging.getLogger("zmesh.transports.zmq")
 
 
@@ -87,7 +85,7 @@ def _ipc_peer_gone(address: str) -> bool:
     return address.startswith("ipc:///") and not os.path.exists(address[len("ipc://"):])
 
 
-class ZmqEndpoint(Endpoint):
+class ZmqEndpoint(Coalescing, Endpoint):
     """A ROUTER bound at `address` plus a DEALER per peer; see `Endpoint` for the contract.
 
     Options: `max_frame_size` caps every frame sent and received (an oversized inbound frame
@@ -98,7 +96,7 @@ class ZmqEndpoint(Endpoint):
     this process's, see `zmesh.security.keys`); `insecure=True` turns that off, for meshes
     whose every member does the same. `proof_timeout` (default $ZMESH_PROOF_TIMEOUT, else 20)
     is how long messages of a new tcp sender wait for its address to answer for its key.
-    `coalesce=True` holds small messages that follow another to the same tcp peer until
+    `coalesce=True` holds small messages that follow another to the same tcp/ipc peer until
     this endpoint's next `recv` (or `flush`, or a bound), and sends them as one frame
     (`zmq_batch`): the owner thread must keep receiving.
     """
@@ -150,19 +148,7 @@ class ZmqEndpoint(Endpoint):
         self._also: list[str] = []  # addresses bound by bind_also
         self._proving = False  # proofs hold or have messages ready: recv takes their way
         self._wakes = 0
-        # coalescing (zmq_batch): peers whose small messages may be batched; the peers sent
-        # to since the last flush, each with its batch (None: none held); messages of
-        # batches received and not yet returned
-        self._batchable: set[str] = set()
-        self._turn: dict[str, zmq_batch.Batch | None] = {}
-        self._turn_recvs = 0
-        self._inbox: deque[tuple[str, list[Buffer]]] = deque()
-        self._coalesce = coalesce
-        self.dropped_malformed = 0
-        """Inbound envelopes (batches) dropped as malformed."""
-        self.dropped_unflushed = 0
-        """Held messages lost because their batch could not be sent (a full queue)."""
-        self._warnings = DropWarnings(logger)
+        self._init_coalescing(coalesce)
         # Reentrant: a finalizer run by the garbage collector inside wake() may wake again.
         self._wake_lock = threading.RLock()
         self._context = shared_context.acquire()
@@ -305,8 +291,8 @@ class ZmqEndpoint(Endpoint):
                     raise self._too_large(to, 0, size)
                 if to in self._batchable:
                     if 0 < size < zmq_batch.SMALL:
-                        batch = self._turn.get(to, _FRESH)
-                        if batch is not _FRESH:  # not the first since the last flush: hold
+                        batch = self._turn.get(to, FRESH)
+                        if batch is not FRESH:  # not the first since the last flush: hold
                             if batch is None:
                                 batch = self._turn[to] = zmq_batch.Batch()
                             elif batch.wire + size + 4 > zmq_batch.MAX_BATCH_BYTES:
@@ -340,75 +326,6 @@ class ZmqEndpoint(Endpoint):
             ) from None
         except zmq.ZMQError as exc:
             raise TransportError(f"cannot send to {to!r}: {exc}") from exc
-
-    @staticmethod
-    def _send_parts(dealer: zmq.Socket[bytes], frames: Sequence[Buffer],
-                    sizes: Sequence[int]) -> None:
-        last = len(sizes) - 1
-        for index, frame in enumerate(frames):
-            size = sizes[index]
-            flags = _NOBLOCK if index == last else _SNDMORE
-            _send(dealer, frame, flags, size < ZERO_COPY_THRESHOLD)
-
-    def _hold(self, to: str, frames: Sequence[Buffer], sizes: list[int]) -> bool:
-        """A multi-frame message to a batchable peer: True if held in its batch; else its
-        batch is sent (order) and the caller sends the message itself."""
-        batch = self._turn.get(to, _FRESH)
-        total = sum(sizes)
-        if not sizes[0] or total >= zmq_batch.SMALL or batch is _FRESH:
-            if batch is _FRESH:
-                self._turn[to] = None
-            elif batch is not None:
-                self._flush_peer(to, batch)
-            return False
-        if batch is None:
-            batch = self._turn[to] = zmq_batch.Batch()
-        elif batch.wire + total + 4 * len(sizes) > zmq_batch.MAX_BATCH_BYTES:
-            self._flush_peer(to, batch)
-            batch = self._turn[to] = zmq_batch.Batch()
-        batch.add(frames, sizes)
-        if batch.messages >= zmq_batch.MAX_BATCH:
-            self._flush_peer(to, batch)
-        return True
-
-    def _flush_peer(self, to: str, batch: zmq_batch.Batch) -> None:
-        """Send what `to`'s batch holds; the peer stays in the turn (later ones are held)."""
-        self._turn[to] = None
-        dealer = self._peers.get(to)
-        if dealer is None:
-            return
-        frames = batch.wire_frames()
-        try:
-            self._send_parts(dealer, frames, [frame_nbytes(f) for f in frames])
-        except zmq.ZMQError as exc:
-            self.dropped_unflushed += batch.messages
-            self._warnings.warn("%s: dropped %d held message(s) to %s: %s", self.address,
-                                batch.messages, to, exc)
-
-    def flush(self) -> None:
-        """Send every batch held (see `coalesce`); what follows is held again only after
-        another message to the same peer went at once."""
-        turn = self._turn
-        for to, batch in turn.items():
-            if batch is not None:
-                self._flush_peer(to, batch)
-        turn.clear()
-        self._turn_recvs = 0
-
-    @property
-    def coalesce(self) -> bool:
-        """Whether small messages to tcp peers are batched (see the class docstring)."""
-        return self._coalesce
-
-    @coalesce.setter
-    def coalesce(self, value: bool) -> None:
-        if not value:
-            self.flush()
-        self._coalesce = bool(value)
-        self._batchable = {p for p in self._peers if self._batches_to(p)}
-
-    def _batches_to(self, to: str) -> bool:
-        return self._coalesce and to.startswith(_COALESCED)
 
     def _too_large(self, to: str, index: int, size: int) -> TransportError:
         return TransportError(
@@ -472,29 +389,6 @@ class ZmqEndpoint(Endpoint):
             return None
         except zmq.ZMQError as exc:
             raise self._closed_error("recv", exc) from exc
-
-    def _end_turn(self) -> None:
-        """Before a receive: flush the batches unless more inbound messages wait (then
-        their answers may join them), for at most TURN_RECVS receives."""
-        if self._turn_recvs < zmq_batch.TURN_RECVS and (
-                self._inbox or (not self._closed
-                                and _getsockopt(self._router, _EVENTS) & _POLLIN)):
-            self._turn_recvs += 1
-            return
-        self.flush()
-
-    def open_envelope(self, peer: str, frames: list[Buffer]) -> tuple[str, list[Buffer]] | None:
-        """The first message an envelope from `peer` holds (the rest wait in the inbox,
-        returned by the next receives in order); None, counted and warned, if malformed."""
-        messages = zmq_batch.unwrap(frames)
-        if messages is None:
-            self.dropped_malformed += 1
-            self._warnings.warn("%s: dropped a malformed batch from %s (%d frames)",
-                                self.address, peer, len(frames))
-            return None
-        if len(messages) > 1:
-            self._inbox.extend([(peer, message) for message in messages[1:]])
-        return peer, messages[0]
 
     def _oversized(self, frames: list[Buffer]) -> bool:
         cap = self.max_frame_size
@@ -567,11 +461,7 @@ class ZmqEndpoint(Endpoint):
         while len(self._peers) >= self._max_peers:
             # Least recently used first; close() lingers to flush what it still queues.
             old = next(iter(self._peers))
-            batch = self._turn.pop(old, None)
-            if batch is not None:
-                self._flush_peer(old, batch)
-                self._turn.pop(old, None)
-            self._batchable.discard(old)
+            self._flush_gone(old)
             evicted = self._peers.pop(old)
             self._used.pop(old, None)
             evicted.close()
@@ -596,11 +486,7 @@ class ZmqEndpoint(Endpoint):
     def disconnect(self, peer: str) -> None:
         if self._closed:
             raise TransportError(f"endpoint {self.address!r} is closed; cannot disconnect")
-        batch = self._turn.pop(peer, None)
-        if batch is not None:
-            self._flush_peer(peer, batch)
-            self._turn.pop(peer, None)
-        self._batchable.discard(peer)
+        self._flush_gone(peer)
         dealer = self._peers.pop(peer, None)
         self._used.pop(peer, None)
         if peer == self._last_to:
