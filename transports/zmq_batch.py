@@ -45,7 +45,7 @@ SMALL = 4096
 MAX_BATCH = 256
 """A peer's batch is sent once it holds this many messages."""
 MAX_BATCH_BYTES = 64 * 1024
-"""... or this many bytes."""
+"""... or this many bytes (or the endpoint's max_frame_size, if smaller)."""
 TURN_RECVS = 32
 """Receives a coalescing endpoint makes, with messages still waiting, before it flushes."""
 MAX_FRAMES = 65536

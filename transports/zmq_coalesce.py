@@ -45,6 +45,7 @@ class Coalescing:
     _closed: bool
     _router: zmq.Socket[bytes]
     _peers: dict[str, zmq.Socket[bytes]]
+    max_frame_size: int
 
     def _init_coalescing(self, coalesce: bool) -> None:
         # peers whose small messages may be batched; the peers sent to since the last
@@ -95,7 +96,8 @@ class Coalescing:
             return False
         if batch is None:
             batch = self._turn[to] = zmq_batch.Batch()
-        elif batch.wire + total + 4 * len(sizes) > zmq_batch.MAX_BATCH_BYTES:
+        elif batch.wire + total + 4 * len(sizes) > min(self.max_frame_size,
+                                                        zmq_batch.MAX_BATCH_BYTES):
             self._flush_peer(to, batch)
             batch = self._turn[to] = zmq_batch.Batch()
         batch.add(frames, sizes)

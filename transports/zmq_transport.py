@@ -295,7 +295,7 @@ class ZmqEndpoint(Coalescing, Endpoint):
                         if batch is not FRESH:  # not the first since the last flush: hold
                             if batch is None:
                                 batch = self._turn[to] = zmq_batch.Batch()
-                            elif batch.wire + size + 4 > zmq_batch.MAX_BATCH_BYTES:
+                            elif batch.wire + size + 4 > min(cap, zmq_batch.MAX_BATCH_BYTES):
                                 self._flush_peer(to, batch)
                                 batch = self._turn[to] = zmq_batch.Batch()
                             batch.add1(frame, size)

@@ -298,3 +298,16 @@ def test_malformed_batches_from_an_authenticated_peer_are_dropped_and_it_stays_u
     assert receiver.dropped_malformed == malformed > 3000 // 2
     assert "malformed batch" in caplog.text
     assert caplog.text.count("malformed batch") <= 20  # rate-limited
+
+
+def test_batches_stay_within_a_small_max_frame_size() -> None:
+    """A batch never outgrows the frame cap (the receiver's libzmq would drop the link)."""
+    with open_endpoint("tcp://127.0.0.1:0", coalesce=True, max_frame_size=1000) as a, \
+            open_endpoint("tcp://127.0.0.1:0", max_frame_size=1000) as b:
+        assert isinstance(a, ZmqEndpoint) and isinstance(b, ZmqEndpoint)
+        sent = [b"%03d" % i + b"s" * 97 for i in range(60)]
+        for frame in sent:
+            a.send(b.address, [frame])
+        a.flush()
+        assert [f[0] for _, f in _take(b, len(sent))] == sent
+        assert a.batches_sent >= 6 and a.batched_messages == len(sent) - 1
