@@ -36,6 +36,13 @@ class ObjectRef:
         context.note_serialized_ref(self)
         return (_restore_ref, (self.id, self.owner))
 
+    def __copy__(self) -> ObjectRef:
+        """Another counted ref to the same object (no pickling: nothing is pinned)."""
+        return ObjectRef(self.id, self.owner, self._client)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ObjectRef:
+        return ObjectRef(self.id, self.owner, self._client)
+
     def hex(self) -> str:
         """The object id in hex, as Ray prints it."""
         return self.id.hex()

@@ -22,8 +22,11 @@ class FailureTuple(NamedTuple):
 
 
 def _picklable(obj: Any) -> bool:
+    from zmesh.runtime import context
+
     try:
-        cloudpickle.dumps(obj)
+        with context.RefCollector():  # a trial: refs in it are not sent anywhere (no pin)
+            cloudpickle.dumps(obj)
         return True
     except Exception:  # noqa: BLE001 - anything pickle raises means "not serializable"
         return False

@@ -57,3 +57,25 @@ def test_refs_passed_as_arguments_are_still_freed(ray):
     gc.collect()
     assert oid not in client.out_of_band
     assert client.objects.entries.get(oid) is None  # in-band refs: freed when the last goes
+
+
+def test_copies_of_a_ref_and_inspecting_it_do_not_pin_the_object(ray):
+    import copy
+
+    from zmesh.runtime import context
+    from zmesh.util import inspect_serializability
+
+    client = context.current_client()
+    ref = ray.put(b"y" * 1000)
+    oid = ref.id
+    shallow, deep = copy.copy(ref), copy.deepcopy({"k": [ref]})
+    assert shallow == ref and deep["k"][0] == ref
+    assert inspect_serializability({"ref": ref}, name="holder")[0]
+    assert ray.get(deep["k"][0], timeout=30) == b"y" * 1000
+    del ref
+    gc.collect()
+    assert ray.get(shallow, timeout=30) == b"y" * 1000  # a copy is a counted ref
+    del shallow, deep
+    gc.collect()
+    assert oid not in client.out_of_band
+    assert client.objects.entries.get(oid) is None  # freed with the last copy
