@@ -374,14 +374,20 @@ class ZmqEndpoint(Coalescing, Endpoint):
                         if self._proofs.busy:  # held: wait for the answer, and the rest
                             self._proving = True
                             return zmq_proof.receive(self, timeout) if timeout_ms else None
+                        if self._turn:  # what waited was dropped: don't block holding
+                            self._end_turn()
                         continue
                 if self._screen_inbound and self._oversized(frames):
                     # inproc has no wire decoder, so MAXMSGSIZE is enforced here instead.
                     self.dropped_oversized += 1
+                    if self._turn:
+                        self._end_turn()
                     continue
                 if not len(head):  # an envelope: a batch, or an escaped message
                     item = self.open_envelope(peer, frames)
                     if item is None:
+                        if self._turn:
+                            self._end_turn()
                         continue
                     return item
                 return peer, frames

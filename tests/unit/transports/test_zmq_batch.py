@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+import zmq
+from runtime_fixtures import wait_until
 
 from zmesh.errors import TransportError
 from zmesh.transports import open_endpoint
@@ -311,3 +313,26 @@ def test_batches_stay_within_a_small_max_frame_size() -> None:
         a.flush()
         assert [f[0] for _, f in _take(b, len(sent))] == sent
         assert a.batches_sent >= 6 and a.batched_messages == len(sent) - 1
+
+
+def test_held_messages_go_before_a_receive_blocks_after_dropping_what_was_waiting(
+        pair: tuple[ZmqEndpoint, ZmqEndpoint]) -> None:
+    """A receive holds the batches while something waits inbound; if what waited is
+    dropped (a malformed envelope here; also a proof challenge, a refused sender), the
+    receive must send them before it blocks, not when the next message comes."""
+    sender, receiver = pair  # the sender coalesces; the receiver answers on a raw socket
+    receiver.send(sender.address, [b"hi"])
+    assert sender.recv(30) == (receiver.address, [b"hi"])
+    sender.send(receiver.address, [b"first"])  # goes at once
+    sender.send(receiver.address, [b"held"])  # held for the sender's next receive
+    receiver._peers[sender.address].send_multipart([b"", b"junk"])  # waits at the sender
+    assert wait_until(lambda: sender._router.get(zmq.EVENTS) & zmq.POLLIN, timeout=30)
+    got: list[object] = []
+    blocked = threading.Thread(target=lambda: got.append(sender.recv(None)))
+    blocked.start()
+    try:
+        assert _take(receiver, 2) == [(sender.address, [b"first"]), (sender.address, [b"held"])]
+    finally:
+        sender.wake()
+        blocked.join(60)
+    assert got == [None] and sender.dropped_malformed == 1
