@@ -96,10 +96,17 @@ def encode(
     return Value(loc=loc), refs
 
 
-def encode_error(exc: BaseException) -> Value:
-    """An error Value; an exception that cannot be pickled keeps its text and traceback."""
+def encode_error(exc: BaseException, refs: list[Any] | None = None) -> Value:
+    """An error Value; an exception that cannot be pickled keeps its text and traceback.
+    With `refs`, the ObjectRefs inside go there (the caller hands them over, as a return
+    value's); without, each is pinned for good as an out-of-band ref."""
     try:
-        data = pack(registry.serialize(exc, serializer="pickle5"))
+        if refs is None:
+            data = pack(registry.serialize(exc, serializer="pickle5"))
+        else:
+            s, nested = serialize(exc, serializer="pickle5")
+            data = pack(s)
+            refs.extend(nested)
     except Exception:
         if isinstance(exc, TaskError):
             fallback: BaseException = TaskError(exc.function_name, exc.traceback_str, None, exc.pid)

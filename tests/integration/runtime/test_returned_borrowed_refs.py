@@ -259,3 +259,31 @@ def test_a_borrower_that_passes_a_ref_to_an_actor_that_keeps_it(ray):
         ray.get(keeper.keep.remote(None), timeout=60)
         assert all_freed(before), stored()
         ray.kill(keeper)
+
+
+def test_a_ref_inside_a_raised_exception_is_handed_over_like_a_returned_one(ray):
+    # before, the worker pinned it for good (out-of-band): the object stayed stored
+    @ray.remote
+    def fail(box):
+        raise KeyError(box[0])
+
+    @ray.remote
+    class Failer:
+        def fail(self, box):
+            raise KeyError(box[0])
+
+    failer = Failer.remote()
+    for call in (fail.remote, failer.fail.remote):
+        gc.collect()
+        before = stored()
+        ref = ray.put(big(11))
+        try:
+            ray.get(call([ref]), timeout=60)
+        except KeyError as exc:
+            inner = exc.args[0]
+        del ref
+        gc.collect()
+        assert int(ray.get(inner, timeout=60)[0]) == 11  # the error's ref still reads
+        del inner
+        assert all_freed(before), stored()
+    ray.kill(failer)

@@ -24,7 +24,6 @@ import cloudpickle
 
 from zmesh import runtime_env
 from zmesh.core.mailbox import Mailbox
-from zmesh.core.ownership import ReportedBorrow
 from zmesh.errors import ActorExit, ObjectLostError, TaskCancelledError, TaskInterrupt
 from zmesh.protocol.messages import runtime as m
 from zmesh.ray_compat import install_if_requested
@@ -37,13 +36,7 @@ from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
-
-_NO_LENT: list[m.Lent] = []  # (never mutated)
-
-
-def _held(rec: Any) -> bool:
-    """Whether this process still holds a ref (a lend alone is handed over to the caller)."""
-    return bool(rec.local or rec.submitted or rec.borrowers or rec.escaped)
+from zmesh.runtime.worker.return_refs import ReturnRefs
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
@@ -66,8 +59,7 @@ class Executor:
         self.pid = os.getpid()
         self.functions: dict[bytes, Any] = {}
         self.produced: OrderedDict[bytes, m.Value] = OrderedDict()  # recent results, for chained tasks
-        self._contained: dict[bytes, list[bytes]] = {}  # task id -> our refs in its returns
-        self._lent: dict[bytes, list[m.Lent]] = {}  # task id -> others' refs in its returns
+        self.return_refs = ReturnRefs(client)  # refs in results, arguments kept
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.mailbox: Mailbox[m.ActorCall] = Mailbox()
         self.instance: Any = None
@@ -242,7 +234,8 @@ class Executor:
                 result = None  # (what it holds is not kept by this worker any more)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
-            returns = [error_value(msg.name, exc, self.pid)] * n
+            returns = self.return_refs.error_returns(msg.task_id, msg.attempt, msg.owner,
+                                                     msg.name, exc, n, self.pid)
         finally:
             if code_env is not None:
                 runtime_env.leave(code_env)
@@ -282,24 +275,14 @@ class Executor:
             if len(items) != num_returns:
                 raise ValueError(f"{name} returned {len(items)} values; num_returns={num_returns}")
         out = []
-        mine: list[bytes] = []
-        lent: list[m.Lent] = []
-        me = self.client.address
+        nested_of: list[tuple[int, list[Any]]] = []
         for i, item in enumerate(items):
             value, nested = self.client.encode(item, IdGen.object_id(task_id, i), for_owner=owner)
-            for r in nested:  # the caller holds them while the return lives
-                if r.owner == me:
-                    mine.append(r.id)
-                else:  # (see zmesh.runtime.owner.lending)
-                    lent.append(m.Lent(index=i, object_id=r.id, owner=r.owner))
+            if nested:
+                nested_of.append((i, nested))
             out.append(value)
-        if mine:  # the caller borrows them (it frees them with the value it got)
-            self.client.objects.add_borrower(mine, owner)
-            self._contained[task_id] = mine
-        if lent:  # kept for the caller until it took them over (while `result` still holds
-            # them: the result goes only in _reply)
-            self.client.lending.lend(task_id, attempt, lent, owner)
-            self._lent[task_id] = lent
+        if nested_of:
+            self.return_refs.hand_over(task_id, attempt, owner, nested_of)
         return out
 
     def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any],
@@ -318,11 +301,10 @@ class Executor:
         events.recorder.end(task_id, ok)
         borrowed: list[bytes] = []
         if refs:
-            borrowed = self._still_held(refs, owner)
-        lent = self._lent.pop(task_id, _NO_LENT)
+            borrowed = self.return_refs.still_held(refs, owner)
+        contained, lent = self.return_refs.pop(task_id)
         result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed,
-                              contained=self._contained.pop(task_id, []), attempt=attempt,
-                              lent=lent)
+                              contained=contained, attempt=attempt, lent=lent)
         if borrowed or lent:  # before our later RemoveBorrowers to the owner: same connection
             self.client.loop.send_threadsafe(owner, result)
         else:
@@ -330,22 +312,6 @@ class Executor:
         if self.actor is not None:
             self.replies.put(result)
         return result
-
-    def _still_held(self, refs: list[Any], caller: str) -> list[bytes]:
-        """The borrowed argument refs we still hold now that the work is done (in state, in
-        tasks we passed them to, ...): the caller keeps its own for us until we let go.
-        Those it does not own we report to it as well as to their owner when we let go."""
-        me = self.client.address
-        ids = {r.id for r in refs if r.owner != me}
-        refs.clear()
-        objects = self.client.objects
-        with objects.lock:
-            entries = objects.entries
-            held = [oid for oid in ids if oid in entries and _held(entries[oid])]
-            theirs = tuple(oid for oid in held if entries[oid].owner != caller)
-            if theirs:
-                objects.handle(ReportedBorrow(theirs, caller))
-        return held
 
     # -- actors ----------------------------------------------------------------------------
     def _create_actor(self, spec: m.CreateActor) -> None:
@@ -420,7 +386,9 @@ class Executor:
             return
         except BaseException as exc:  # noqa: BLE001
             self.running = b""
-            returns = [error_value(name, exc, self.pid)] * max(call.num_returns, 1)
+            returns = self.return_refs.error_returns(call.task_id, call.attempt, call.caller,
+                                                     name, exc, max(call.num_returns, 1),
+                                                     self.pid)
         self._reply(call.caller, call.task_id, returns, refs, call.attempt)
 
     def _reject(self, call: m.ActorCall, exc: BaseException) -> None:
@@ -524,7 +492,9 @@ class Executor:
                 self._exit_actor(exc.why)
                 return
             except BaseException as exc:  # noqa: BLE001
-                returns = [error_value(name, exc, self.pid)] * max(call.num_returns, 1)
+                returns = self.return_refs.error_returns(
+                    call.task_id, call.attempt, call.caller, name, exc,
+                    max(call.num_returns, 1), self.pid)
         self._reply(call.caller, call.task_id, returns, refs, call.attempt)
 
     def _exit_actor(self, why: str) -> None:

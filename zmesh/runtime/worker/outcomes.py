@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from zmesh.errors import TaskCancelledError, TaskInterrupt
 from zmesh.protocol.messages import runtime as m
@@ -19,11 +20,13 @@ from zmesh.task_error import capture
 
 __all__ = ["apply_env", "cancelled_value", "error_value", "switch_env"]
 
-def error_value(name: str, exc: BaseException, pid: int) -> m.Value:
+def error_value(name: str, exc: BaseException, pid: int, refs: list[Any] | None = None
+                ) -> m.Value:
+    """The error a caller receives; with `refs`, the ObjectRefs the error holds go there."""
     events.recorder.note_error(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, TaskCancelledError | TaskInterrupt | asyncio.CancelledError):
         return values.encode_error(TaskCancelledError(f"task {name} was cancelled"))
-    return values.encode_error(capture(name, exc, pid))
+    return values.encode_error(capture(name, exc, pid), refs)
 
 
 def cancelled_value(name: str) -> m.Value:

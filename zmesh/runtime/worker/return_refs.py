@@ -1,0 +1,84 @@
+"""What a worker does about the refs in its answers: those inside a task's returns (or inside
+the exception it raised) are held for the caller until it takes them over, and borrowed
+arguments still held when the work ends are reported to the caller that gave them.
+
+Kept apart from `executor` (which decides when each applies) so that module stays about
+running work. The rules are the ownership core's; see `zmesh.runtime.owner.lending`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zmesh.core.ownership import ReportedBorrow
+from zmesh.protocol.messages import runtime as m
+from zmesh.runtime.worker.outcomes import error_value
+
+__all__ = ["ReturnRefs"]
+
+_NO_LENT: list[m.Lent] = []  # (never mutated)
+
+
+def _held(rec: Any) -> bool:
+    """Whether this process still holds a ref (a lend alone is handed over to the caller)."""
+    return bool(rec.local or rec.submitted or rec.borrowers or rec.escaped)
+
+
+class ReturnRefs:
+    """Per worker: the refs each answer carries, until its TaskResult is made."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._contained: dict[bytes, list[bytes]] = {}  # task id -> our refs in its returns
+        self._lent: dict[bytes, list[m.Lent]] = {}  # task id -> others' refs in its returns
+
+    def hand_over(self, task_id: bytes, attempt: int, owner: str,
+                  nested_of: list[tuple[int, list[Any]]]) -> None:
+        """Refs inside returns (by return index): the caller holds them while the return
+        lives: ours it borrows from us, others' we lend it (while the result still holds
+        them: it lets go of them only after this)."""
+        mine: list[bytes] = []
+        lent: list[m.Lent] = []
+        me = self.client.address
+        for i, nested in nested_of:
+            for r in nested:
+                if r.owner == me:
+                    mine.append(r.id)
+                else:
+                    lent.append(m.Lent(index=i, object_id=r.id, owner=r.owner))
+        if mine:  # the caller borrows them (it frees them with the value it got)
+            self.client.objects.add_borrower(mine, owner)
+            self._contained[task_id] = mine
+        if lent:  # kept for the caller until it took them over
+            self.client.lending.lend(task_id, attempt, lent, owner)
+            self._lent[task_id] = lent
+
+    def error_returns(self, task_id: bytes, attempt: int, owner: str, name: str,
+                      exc: BaseException, n: int, pid: int) -> list[m.Value]:
+        """The error value of every return; refs the error holds are handed over to the
+        caller as a return value's are (not pinned here for good)."""
+        refs: list[Any] = []
+        value = error_value(name, exc, pid, refs)
+        if refs:
+            self.hand_over(task_id, attempt, owner, [(i, refs) for i in range(n)])
+        return [value] * n
+
+    def pop(self, task_id: bytes) -> tuple[list[bytes], list[m.Lent]]:
+        """(our refs, others' refs) inside the answer of `task_id`, for its TaskResult."""
+        return self._contained.pop(task_id, []), self._lent.pop(task_id, _NO_LENT)
+
+    def still_held(self, refs: list[Any], caller: str) -> list[bytes]:
+        """The borrowed argument refs we still hold now that the work is done (in state, in
+        tasks we passed them to, ...): the caller keeps its own for us until we let go.
+        Those it does not own we report to it as well as to their owner when we let go."""
+        me = self.client.address
+        ids = {r.id for r in refs if r.owner != me}
+        refs.clear()
+        objects = self.client.objects
+        with objects.lock:
+            entries = objects.entries
+            held = [oid for oid in ids if oid in entries and _held(entries[oid])]
+            theirs = tuple(oid for oid in held if entries[oid].owner != caller)
+            if theirs:
+                objects.handle(ReportedBorrow(theirs, caller))
+        return held
