@@ -8,11 +8,12 @@ the held and refusal counters count its messages, not its frame.
 from __future__ import annotations
 
 import struct
+import threading
 import time
 
 import pytest
 import zmq
-from security_fixtures import AnsweringMember, drain_until, member_dealer
+from security_fixtures import AnsweringMember, drain_until, member_dealer, wait_until
 
 from zmesh.security.keys import ClusterCredentials
 from zmesh.transports import open_endpoint
@@ -108,3 +109,34 @@ def test_a_malformed_batch_from_a_sender_being_proven_is_dropped_after_the_proof
             assert server.dropped_malformed == 1
     finally:
         member.close()
+
+
+def test_a_receive_waiting_for_a_proof_sends_the_batches_it_held_first(
+        creds: ClusterCredentials, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    """While a sender's address is being proven, a receive waits for the answer: what the
+    endpoint holds for its peers goes before that wait, not when the proof ends."""
+    with open_endpoint("tcp://127.0.0.1:0", credentials=creds, coalesce=True,
+                       proof_timeout=600.0) as server, \
+            open_endpoint("tcp://127.0.0.1:0", credentials=creds) as peer:
+        assert isinstance(server, ZmqEndpoint) and isinstance(peer, ZmqEndpoint)
+        with open_endpoint("tcp://127.0.0.1:0", credentials=creds) as gone:
+            name = gone.address  # an address nobody answers at: its proof waits
+        dealer = member_dealer(ctx, creds, server.address, sender=name)
+        dealer.send(b"claim 1")
+        assert drain_until(server, lambda: server.peers.sizes()["held"] == 1,
+                           "the claim to be held") == []
+        server.send(peer.address, [b"first"])  # goes at once
+        server.send(peer.address, [b"held"])  # held for the server's next receive
+        assert _receive(peer, 1) == [(server.address, [b"first"])]
+        dealer.send(b"claim 2")  # waiting when the server next receives: it holds on
+        wait_until(lambda: bool(server._router.get(zmq.EVENTS) & zmq.POLLIN), 30,
+                   "the second claim to wait at the server")
+        got: list[object] = []
+        waiting = threading.Thread(target=lambda: got.append(server.recv(None)))
+        waiting.start()
+        try:
+            assert _receive(peer, 1) == [(server.address, [b"held"])]
+        finally:
+            server.wake()
+            waiting.join(60)
+        assert got == [None] and server.peers.sizes()["held"] == 2
