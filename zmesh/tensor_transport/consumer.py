@@ -10,6 +10,7 @@ NCCL, or when they are gone), in one go.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import msgspec
 
 from zmesh.tensor_transport import producer as p
+from zmesh.tensor_transport import push as pu
 from zmesh.tensor_transport.pool import POOL
 from zmesh.tensor_transport.types import TensorTransportError
 
@@ -59,6 +61,7 @@ class _Pair:
         self.status_host = [s.numpy() for s in self.status] if self.ctl == "cpu" else []
         self.gone_watch: list[Any] = [None] * len(self.datas)  # gloo, per lane
         self.spent: list[Any] = []  # the last transfer's works, dropped in the next one
+        self.push = PushIn(self.datas[0]) if backend == "gloo" else None
 
     def drop_spent(self) -> None:
         """Let the last transfer's works go (under `lock`), in the next transfer once its
@@ -76,6 +79,83 @@ class _Pair:
         lane's status once they are."""
         self.status_host[lane][0] = p.STATUS_OK
         self.gone_watch[lane] = self.datas[lane].recv([self.status[lane]], 0, p.TAG_STATUS)
+
+
+class PushIn:
+    """The consumer's side of pushes on one pair (gloo): the standing receive of the next
+    header, and pushed transfers taken but not read yet (see zmesh.tensor_transport.push)."""
+
+    def __init__(self, group: Any) -> None:
+        import torch
+
+        self.group = group
+        self.header = torch.zeros(pu.HEADER_BYTES, dtype=torch.uint8)
+        self.header_host = self.header.numpy()
+        self.waiting = group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
+        self.kept: OrderedDict[str, pu.Pushed] = OrderedDict()  # by key, oldest first
+
+    def take(self, key: str, sizes: list[int], metas: list[tuple[list[int], str]],
+             dtypes: list[Any], device: str) -> pu.Pushed | None:
+        """The pushed transfer of `key` (receives posted, maybe not complete), or None: take
+        every header that has come in, in order, posting its tensors' receives (the pair's
+        lock held: push receives are posted in header order, as the producer posted its
+        sends, so each lands in its own)."""
+        import torch
+
+        found = None
+        while self.header_host[-1] == 1:  # its last byte is in: the wait is short
+            self.waiting.wait()
+            got, count, got_sizes = p.decode_request(self.header_host)
+            if not 0 <= count <= len(got_sizes) or count > p.INLINE_SIZES:
+                raise TensorTransportError(f"a bad push header (count {count})")
+            got_sizes = got_sizes[:count]
+            self.header_host[-1] = 0
+            if found is None and got == key and got_sizes == sizes:
+                out = [_empty(shape, dt, device) for (shape, _), dt in zip(metas, dtypes)]
+            else:
+                out = [torch.empty(n, dtype=torch.uint8) for n in got_sizes]
+            works = [self.group.recv([t], 0, pu.TAG_PUSH_FIRST + i) for i, t in enumerate(out)]
+            self.waiting = self.group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
+            pushed = pu.Pushed(got, got_sizes, out, works)
+            if found is None and got == key and got_sizes == sizes:
+                found = pushed
+            else:
+                self._keep(pushed)
+        if found is not None:
+            return found
+        kept = self.kept.get(key)
+        if kept is None or kept.sizes != sizes:
+            return None
+        del self.kept[key]
+        kept.out = [b.view(dt).reshape(shape) for b, (shape, _), dt in zip(kept.out, metas, dtypes)]
+        return kept
+
+    def _keep(self, pushed: pu.Pushed) -> None:
+        """Keep a pushed transfer for a later read of its key; drop the oldest past MAX_KEPT
+        or PUSH_KEEP_S (once received: a receive's buffer must outlive it)."""
+        old = self.kept.pop(pushed.key, None)
+        if old is not None:
+            _let_go(old)
+        self.kept[pushed.key] = pushed
+        now = time.monotonic()
+        while self.kept:
+            first = next(iter(self.kept.values()))
+            if len(self.kept) <= pu.MAX_KEPT and now - first.at < pu.PUSH_KEEP_S:
+                break
+            _let_go(self.kept.pop(first.key))
+
+    def clear(self) -> None:
+        while self.kept:
+            _let_go(self.kept.popitem(last=False)[1])
+
+
+def _let_go(pushed: pu.Pushed) -> None:
+    for work in pushed.works:
+        work.wait()
+
+
+pushed_reads = 0  # reads served by a push, in this process (for tests and tools)
+requests_sent = 0  # pull requests sent by this process (for tests and tools)
 
 
 KEEP_WORKS_BYTES = 8 << 20
@@ -149,6 +229,10 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
         if more is not None:
             more = more.to(pair.ctl)
         with pair.lock:
+            if pair.push is not None:
+                pushed = pair.push.take(key, sizes, metas, dtypes, device)
+                if pushed is not None:  # the producer already sent it: no request
+                    return _receive_pushed(pair, pushed, sum(sizes))
             transfer = pair.transfers
             pair.transfers += 1
             lane = transfer % len(pair.datas)  # the tensors' group, its status's slot
@@ -208,8 +292,22 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             f"answering ({type(exc).__name__}: {exc})") from exc
 
 
+def _receive_pushed(pair: _Pair, pushed: pu.Pushed, nbytes: int) -> list[Any]:
+    """Wait for a pushed transfer's receives (the pair's lock held)."""
+    global pushed_reads
+    pair.drop_spent()
+    for work in reversed(pushed.works):
+        work.wait()
+    if nbytes <= KEEP_WORKS_BYTES:
+        pair.spent = pushed.works  # see _Pair.drop_spent
+    pushed_reads += 1
+    return pushed.out
+
+
 def _ask(ask: Any, request: Any, more: Any) -> list[Any]:
     """Send the request (and the sizes behind it, when many) over the group `ask`."""
+    global requests_sent
+    requests_sent += 1
     sent = [ask.send([request], 0, p.TAG_REQUEST)]
     if more is not None:
         sent.append(ask.send([more], 0, p.TAG_SIZES))
@@ -248,6 +346,8 @@ def drop_idle_spent() -> None:
         if pair.lock.acquire(blocking=False):
             try:
                 pair.drop_spent()
+                if pair.push is not None:
+                    pair.push.clear()
             finally:
                 pair.lock.release()
 

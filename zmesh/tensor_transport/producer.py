@@ -83,6 +83,9 @@ class KeptTensors:
 
                 client = context.current_client()
                 client.query_handlers["tensor_pair"] = self._on_pair
+                from zmesh.tensor_transport.push import LANES
+
+                client.query_handlers["tensor_push"] = LANES.on_push
                 self.address = client.address
             return self.address
 
@@ -98,17 +101,30 @@ class KeptTensors:
         if backend not in ("gloo", "nccl") or not pair_id.isalnum() or len(pair_id) > 64:
             return m.QueryReply(request_id=msg.request_id, data=b"",
                                 error=f"tensor_pair: bad pair {pair_id[:64]!r}/{backend!r}")
-        threading.Thread(target=self._serve, args=(pair_id, backend), daemon=True,
+        threading.Thread(target=self._serve, args=(pair_id, backend, sender), daemon=True,
                          name=f"tensor-transport-{pair_id[:8]}").start()
         return m.QueryReply(request_id=msg.request_id, data=msgspec.msgpack.encode(True))
 
-    def _serve(self, pair_id: str, backend: str) -> None:
-        import torch
-
+    def _serve(self, pair_id: str, backend: str, consumer: str = "") -> None:
         try:
             datas, asks = pair_groups(pair_id, 0, backend)
         except Exception:  # noqa: BLE001 - the consumer never came (its fetch fails alone)
             return
+        if backend != "gloo" or not consumer:  # NCCL: one CUDA stream per pair: pulls only
+            self._answer(datas, asks, backend)
+            return
+        from zmesh.tensor_transport.push import LANES
+
+        LANES.open(consumer, pair_id, datas[0])  # pushes go on the first tensors' group
+        try:
+            self._answer(datas, asks, backend)
+        finally:
+            LANES.close(consumer, pair_id)
+
+    def _answer(self, datas: list[Any], asks: list[Any], backend: str) -> None:
+        """Answer the pair's requests until it ends."""
+        import torch
+
         ctl = control_device(backend)  # nccl moves CUDA tensors only, control ones too
         requests = [torch.empty(REQUEST_BYTES, dtype=torch.uint8, device=ctl) for _ in asks]
         # where a request is read: the buffer itself on the host (copied out before its

@@ -96,11 +96,17 @@ def keep(result: Any, backend: str, producer_name: str) -> Transported:
     client = context.current_client()
     anchor = client.put(key)  # owned here: freed when the last copy of the descriptor is gone
     client.free_hooks[anchor.id] = lambda: producer.KEPT.drop(key)
-    return Transported({
-        "address": producer.KEPT.listen(), "token": producer.PROCESS_TOKEN,
+    address = producer.KEPT.listen()
+    state: dict[str, Any] = {
+        "address": address, "token": producer.PROCESS_TOKEN,
         "backend": backend, "key": key, "anchor": _Anchor(anchor), "skeleton": skeleton,
         "metas": [(list(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors],
-        "devices": [t.device.type for t in tensors], "producer": producer_name})
+        "devices": [t.device.type for t in tensors], "producer": producer_name}
+    if backend == "gloo":  # a caller that passes the ref to an actor asks for a push
+        from zmesh.tensor_transport.push import marker
+
+        state["push"] = marker(key, address)
+    return Transported(state)
 
 
 def _materialize(state: dict[str, Any]) -> Any:

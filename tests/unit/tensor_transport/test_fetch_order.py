@@ -71,6 +71,7 @@ def _FakePair(backend: str = "gloo") -> consumer._Pair:  # noqa: N802 - stands f
     pair.status = [torch.empty(1, dtype=torch.int64)]
     pair.status_host = [pair.status[0].numpy()]
     pair.gone_watch = [None]
+    pair.push = None
     return pair
 
 

@@ -41,6 +41,7 @@ from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner.call_resends import CallResends
 from zmesh.runtime.owner.task_record import covered
 from zmesh.task_error import ActorInitError, TaskError
+from zmesh.tensor_transport import push as tensor_push
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
@@ -72,6 +73,7 @@ class Call(msgspec.Struct, eq=False):
     retries: int | None = None  # the method's or call's max_task_retries (None: the actor's)
     retry_exceptions: Any = False  # the exceptions that send it again (True: any)
     attempt: int = 0  # sent again by retry_exceptions: only this attempt's answer counts
+    pushes: Any = None  # tensor-transport refs among its arguments: (key, producer), sent once
 
 
 class ActorRecord(msgspec.Struct, eq=False, dict=True):
@@ -125,6 +127,9 @@ class ActorCaller:
                     if call is None:
                         continue
                     msg = self._message(call, action.seq)
+                    if call.pushes:  # their producers start sending to the callee now
+                        tensor_push.order(self.client, action.address, call.pushes, on_loop)
+                        call.pushes = None
                     self.resends.sent(action.address, msg)
                     if not on_loop:
                         self.client.send_direct(action.address, msg)
@@ -338,6 +343,7 @@ class ActorCaller:
             left[0] -= 1
             if left[0] == 0:
                 call.args = m.Args(data=data, refs=resolved)  # type: ignore[arg-type]
+                call.pushes = tensor_push.scan(resolved)
                 if ordered:
                     event: Event = Ready(aid, call.task_id)
                 else:

@@ -111,7 +111,7 @@ class CoreClient:
         self.current_placement_group: Any = None  # the group the running work was placed in
         self.inherited_strategy = b""  # its strategy, when it captures its child tasks
         self.blocked_hook: Callable[[bool], None] | None = None
-        self.query_handlers: dict[str, Callable[[str, m.Query], m.QueryReply]] = {}
+        self.query_handlers: dict[str, Callable[[str, m.Query], m.QueryReply | None]] = {}
         loop = self.loop
         loop.on(m.ClientRegistered, self._on_registered)
         for reply in _REQUEST_REPLIES:
@@ -461,7 +461,9 @@ class CoreClient:
         in `query_handlers` (the tensor transport's pairing)."""
         handler = self.query_handlers.get(msg.what)
         if handler is not None:
-            self.loop.send(sender, handler(sender, msg))
+            reply = handler(sender, msg)
+            if reply is not None:  # (None: a notice, such as a tensor push, needs no answer)
+                self.loop.send(sender, reply)
             return
         self.loop.send(sender, refs_query.answer(self.objects, self.address, self.kind, msg))
 

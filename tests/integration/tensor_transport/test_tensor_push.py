@@ -1,0 +1,193 @@
+"""Push at dispatch (gloo): a call whose top-level argument is a tensor-transport ref makes
+the caller tell the producer to send to the callee at once, so the callee reads it without a
+request; pushes and pulls mixed on one pair stay matched; a push nobody reads is bounded and
+let go once the consumer reads again."""
+
+from __future__ import annotations
+
+import pytest
+from runtime_fixtures import wait_until
+
+import zmesh
+
+torch = pytest.importorskip("torch")
+
+
+@zmesh.remote
+class Producer:
+    def __init__(self) -> None:
+        self.w = torch.arange(100_000, dtype=torch.float64)
+
+    @zmesh.method(tensor_transport="gloo")
+    def weights(self, scale: float = 1.0):
+        return {"w": self.w * scale, "parts": [torch.full((3,), scale)]}
+
+    def address(self) -> str:
+        from zmesh.tensor_transport.producer import KEPT
+
+        return KEPT.listen()
+
+    def push_kept(self, consumer: str, last: int, order: list[int],
+                  limit: int = 1) -> list[bool]:
+        """Push the `last` kept results, by their order of making, to `consumer` now, up to
+        `limit` unreceived at once."""
+        from zmesh.tensor_transport.producer import KEPT
+        from zmesh.tensor_transport.push import LANES
+
+        keys = list(KEPT._kept)[-last:]
+        return [LANES.push(keys[i], consumer, limit) for i in order]
+
+    def armed(self, consumer: str) -> int:
+        from zmesh.tensor_transport.push import LANES
+
+        return LANES.count_armed(consumer)
+
+    def counts(self) -> tuple[int, int]:
+        from zmesh.tensor_transport.push import LANES
+
+        return LANES.pushed, LANES.declined
+
+
+@zmesh.remote  # one call at a time: a call waits for the one before it
+class Consumer:
+    def address(self) -> str:
+        from zmesh.runtime import context
+
+        return context.current_client().address
+
+    def load(self, d) -> float:
+        return float(d["w"].sum()) + float(d["parts"][0].sum())
+
+    def counters(self) -> tuple[int, int]:
+        from zmesh.tensor_transport import consumer
+
+        return consumer.requests_sent, consumer.pushed_reads
+
+    def wait_header(self, producer: str) -> bool:
+        """Until a pushed header from `producer` has come in on our pair with it."""
+        import time
+
+        from zmesh.tensor_transport import consumer
+
+        push = consumer._pairs[(producer, "gloo")].push
+        assert push is not None
+        deadline = time.monotonic() + 60
+        while push.header_host[-1] != 1:  # gloo's loop thread writes it; poll, bounded
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def read_all(self, refs: list, producer: str) -> list[float]:
+        """Read nested refs in order, once a pushed header is in."""
+        assert self.wait_header(producer)
+        return [self.load(zmesh.get(r)) for r in refs]
+
+    def kept_pushes(self, producer: str) -> int:
+        from zmesh.tensor_transport import consumer
+
+        push = consumer._pairs[(producer, "gloo")].push
+        assert push is not None
+        return len(push.kept)
+
+    def empty_cache(self) -> None:
+        from zmesh.tensor_transport import empty_cache
+
+        empty_cache()
+
+
+def value(scale: float) -> float:
+    return float(sum(range(100_000))) * scale + 3 * scale
+
+
+def _paired(ray):
+    """A producer and a consumer whose pair is made (by a first read, a pull)."""
+    p, c = Producer.remote(), Consumer.remote()
+    assert ray.get(c.load.remote(p.weights.remote(0.5)), timeout=120) == value(0.5)
+    return p, c, ray.get(p.address.remote()), ray.get(c.address.remote())
+
+
+def test_a_pushed_ref_is_read_without_a_request(ray):
+    p, c, paddr, _ = _paired(ray)
+    ref = p.weights.remote(2.0)
+    ray.wait([ref], timeout=120)
+    asked, pushed = ray.get(c.counters.remote())
+    # the consumer is busy until the push's header is in, so the read finds it
+    busy = c.wait_header.remote(paddr)
+    assert ray.get(c.load.remote(ref), timeout=120) == value(2.0)
+    assert ray.get(busy)
+    assert ray.get(c.counters.remote()) == (asked, pushed + 1)  # no request, one push read
+    assert ray.get(p.counts.remote())[0] >= 1
+
+
+def test_pushes_and_pulls_mixed_on_one_pair(ray):
+    p, c, paddr, caddr = _paired(ray)
+    refs = [p.weights.remote(float(i)) for i in (1, 2, 3)]
+    ray.wait(refs, num_returns=3, timeout=120)
+    # push 3's, then 1's; read 1, 2, 3 in that order
+    assert ray.get(p.push_kept.remote(caddr, 3, [2, 0], 2)) == [True, True]
+    asked, pushed = ray.get(c.counters.remote())
+    got = ray.get(c.read_all.remote(refs, paddr), timeout=120)
+    assert got == [value(1.0), value(2.0), value(3.0)]
+    asked2, pushed2 = ray.get(c.counters.remote())
+    assert pushed2 - pushed >= 1  # 3's, taken while reading 1 and kept for its read
+    assert asked2 - asked >= 1  # 2's was never pushed: pulled beside the pushes
+    # the pair is still in step, either way
+    for scale in (4.0, 5.0):
+        assert ray.get(c.load.remote(p.weights.remote(scale)), timeout=120) == value(scale)
+
+
+def test_a_push_nobody_reads_is_bounded_and_let_go(ray):
+    from zmesh.tensor_transport.push import MAX_ARMED
+
+    p, c, paddr, caddr = _paired(ray)
+    refs = [p.weights.remote(float(i)) for i in range(1, MAX_ARMED + 3)]
+    ray.wait(refs, num_returns=len(refs), timeout=120)
+    made = ray.get(p.push_kept.remote(caddr, len(refs), list(range(len(refs))), MAX_ARMED))
+    assert made == [True] * MAX_ARMED + [False] * 2  # the rest refused: pulls take them
+    assert ray.get(p.armed.remote(caddr)) == MAX_ARMED
+    del refs
+    # the consumer reads another ref: the read takes the header that came in, receiving its
+    # tensors (kept for a later read), and the producer lets the received push go
+    assert ray.get(c.wait_header.remote(paddr), timeout=120)
+    assert ray.get(c.load.remote(p.weights.remote(1.0)), timeout=120) == value(1.0)
+    assert wait_until(lambda: ray.get(p.armed.remote(caddr)) == 0, timeout=60)
+    assert ray.get(c.kept_pushes.remote(paddr)) == 1
+    ray.get(c.empty_cache.remote())  # the consumer lets its kept pushes go
+    assert ray.get(c.kept_pushes.remote(paddr)) == 0
+    # and pushes go on: the next read's push is read
+    ref = p.weights.remote(2.0)
+    ray.wait([ref], timeout=120)
+    asked, pushed = ray.get(c.counters.remote())
+    busy = c.wait_header.remote(paddr)
+    assert ray.get(c.load.remote(ref), timeout=120) == value(2.0)
+    assert ray.get(busy) and ray.get(c.counters.remote()) == (asked, pushed + 1)
+
+
+@pytest.mark.parametrize("concurrency", [{"max_concurrency": 4}, "async"])
+def test_threaded_and_async_consumers_read_pushed_refs(ray, concurrency):
+    if concurrency == "async":
+        @zmesh.remote
+        class Reader:
+            async def load(self, d) -> float:
+                return float(d["w"].sum()) + float(d["parts"][0].sum())
+    else:
+        @zmesh.remote(**concurrency)
+        class Reader:
+            def load(self, d) -> float:
+                return float(d["w"].sum()) + float(d["parts"][0].sum())
+
+    p, r = Producer.remote(), Reader.remote()
+    for _ in range(2):  # the first reads pair; the later ones can be pushed
+        refs = [p.weights.remote(float(i)) for i in range(6)]
+        assert ray.get([r.load.remote(x) for x in refs], timeout=180) == \
+            [value(float(i)) for i in range(6)]
+
+
+def test_the_same_ref_to_several_consumers(ray):
+    p, a, _, _ = _paired(ray)
+    b = Consumer.remote()
+    ref = p.weights.remote(3.0)
+    for _ in range(3):
+        assert ray.get([a.load.remote(ref), b.load.remote(ref)], timeout=120) == \
+            [value(3.0)] * 2

@@ -1,0 +1,247 @@
+"""Push at dispatch (gloo): a caller that sends an actor call whose top-level arguments hold a
+tensor-transport ref tells the ref's producer, at the same moment, to start the tensors'
+sends to the callee, so the consumer's read needs no request round trip.
+
+The three sides:
+
+- the **caller** (`scan` / `order`): a call's top-level ref values are resolved in the caller
+  before the call goes out; a descriptor's value carries a marker (`MAGIC`, the key, the
+  producer's address). For each one found, a `tensor_push` query (no reply) goes to the
+  producer, naming the key and the callee's address, just before the call itself;
+- the **producer** (`PushLanes`): if it has a gloo pair with that consumer, still keeps the
+  key, and fewer than MAX_ARMED pushes on that pair are unreceived, it posts, on the pair's
+  first tensors' group, a header (key and sizes, on TAG_PUSH_HEADER) and a send of each tensor
+  (TAG_PUSH_FIRST + i). gloo holds a send until the peer posts its receive, then its loop
+  thread writes the data: no Python runs in the producer when the consumer reads;
+- the **consumer** (consumer.PushIn): keeps a receive of the next header posted. When it
+  reads a ref, it first takes every header that has come in, in order, posting the receives
+  of their tensors (a pushed key it does not read now is kept, bounded); if its key was
+  pushed it waits for those receives and sends no request; else it pulls as before.
+
+Correctness never rests on the push: a push that cannot be made is not made (no pair yet,
+NCCL, too many tensors, key gone, too many unreceived), and the consumer then pulls. Pushes
+use their own tags, received strictly in header order, so they never match a pull's
+receives (which keep their own tags, lanes and order). A push nobody reads holds the
+producer's tensors until the consumer's next read on that pair takes its header (and drops
+it once MAX_KEPT newer ones wait, or PUSH_KEEP_S passed), or the pair closes.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import msgspec
+
+from zmesh.tensor_transport import producer as p
+
+MAGIC = b"\xffzmTTp1"
+"""Starts the push marker inside a descriptor's pickled value: MAGIC, the key (KEY_BYTES),
+the producer's address length (2 bytes, little-endian) and the address."""
+SCAN_LIMIT = 4096  # values larger than this are not searched for a marker (descriptors: ~500 B)
+TAG_PUSH_HEADER = 1 << 24  # above every pull tag (TAG_FIRST_TENSOR + MAX_TENSORS)
+TAG_PUSH_FIRST = TAG_PUSH_HEADER + 1
+HEADER_BYTES = p.REQUEST_BYTES + 8
+"""A push header: the request's layout (key, count, sizes), then a byte set to 1 last: the
+consumer sees a header has come in by that byte (its receive's work says nothing until it
+is waited on, and a wait with a timeout would close the pair)."""
+MAX_ARMED = 1
+"""Unreceived pushes per pair, in the producer: past it a push is not made (the consumer
+pulls). One, so that a push the consumer did not read in time (it pulled: the header came
+in after its read began) is taken at its next read while that read's own push is refused:
+with more, each read's push would queue behind the unread ones and come in too late too."""
+MAX_KEPT = 4  # pushed transfers a consumer keeps for a later read, per pair
+PUSH_KEEP_S = 30.0  # ... and for at most this long (checked at its next read on the pair)
+_MARK = struct.Struct("<H")
+
+
+def marker(key: str, address: str) -> bytes:
+    raw = address.encode()
+    return MAGIC + key.encode().ljust(p.KEY_BYTES)[:p.KEY_BYTES] + _MARK.pack(len(raw)) + raw
+
+
+def scan(values: list[Any]) -> list[tuple[str, str]]:
+    """(key, producer address) of each tensor-transport descriptor among a call's resolved
+    top-level argument values (inline ones, up to SCAN_LIMIT bytes)."""
+    found = []
+    for value in values:
+        data = getattr(value, "data", b"")
+        if not data or len(data) > SCAN_LIMIT or getattr(value, "is_error", False):
+            continue
+        i = data.find(MAGIC)
+        if i < 0:
+            continue
+        at = i + len(MAGIC)
+        key = bytes(data[at:at + p.KEY_BYTES])
+        at += p.KEY_BYTES
+        if len(data) < at + 2:
+            continue
+        (n,) = _MARK.unpack_from(data, at)
+        address = bytes(data[at + 2:at + 2 + n])
+        if len(address) != n or not key.isalnum():
+            continue
+        try:
+            found.append((key.decode(), address.decode()))
+        except UnicodeDecodeError:
+            continue
+    return found
+
+
+pushes_ordered = 0  # this process, as a caller (for tests and tools)
+
+
+def order(client: Any, consumer: str, pushes: list[tuple[str, str]], on_loop: bool) -> None:
+    """Ask each producer to push its key to the process at `consumer` (no reply is sent;
+    from the client's loop thread, or any thread with `on_loop` False)."""
+    global pushes_ordered
+    from zmesh.protocol.messages import runtime as m
+
+    for key, address in pushes:
+        if address == consumer or not address.startswith(("ipc://", "tcp://")):
+            continue  # the consumer is the producer: it reads its own tensors
+        arg = msgspec.msgpack.encode([key, consumer])
+        try:
+            msg = m.Query(request_id=0, what="tensor_push", arg=arg)
+            if on_loop:
+                client.loop.send(address, msg)
+            else:
+                client.loop.send_threadsafe(address, msg)
+            pushes_ordered += 1
+        except Exception:  # noqa: BLE001 - best effort: the consumer pulls instead
+            pass
+
+
+class _Lane:
+    """The producer's push state for one consumer pair (gloo)."""
+
+    def __init__(self, pair_id: str, group: Any) -> None:
+        self.pair_id = pair_id
+        self.group = group
+        self.armed: deque[list[Any]] = deque()  # each unreceived push's works, oldest first
+        self.cond = threading.Condition()
+        self.closed = False
+        self.reaper: threading.Thread | None = None
+
+
+class PushLanes:
+    """The producer's pairs that can take pushes, by consumer address (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lanes: dict[str, _Lane] = {}
+        self.pushed = 0  # pushes posted (for tests and tools)
+        self.declined = 0
+
+    def open(self, consumer: str, pair_id: str, group: Any) -> None:
+        """A gloo pair with the process at `consumer` is up (its serving thread)."""
+        lane = _Lane(pair_id, group)
+        with self._lock:
+            old = self._lanes.get(consumer)
+            self._lanes[consumer] = lane
+        if old is not None:
+            _close(old)
+
+    def close(self, consumer: str, pair_id: str) -> None:
+        """The pair ended (its serving thread): forget it if it is still the current one."""
+        with self._lock:
+            lane = self._lanes.get(consumer)
+            if lane is None or lane.pair_id != pair_id:
+                return
+            del self._lanes[consumer]
+        _close(lane)
+
+    def count_armed(self, consumer: str) -> int:
+        with self._lock:
+            lane = self._lanes.get(consumer)
+        if lane is None:
+            return 0
+        with lane.cond:
+            return len(lane.armed)
+
+    def on_push(self, sender: str, msg: Any) -> None:
+        """A caller asks for a push (client loop thread): post it, or do nothing."""
+        try:
+            key, consumer = msgspec.msgpack.decode(msg.arg, type=tuple[str, str])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        if not self.push(key, consumer):
+            self.declined += 1
+        return None
+
+    def push(self, key: str, consumer: str, limit: int = MAX_ARMED) -> bool:
+        """Post the push of `key` to `consumer`'s pair; False when it cannot be made."""
+        import torch
+
+        with self._lock:
+            lane = self._lanes.get(consumer)
+        lent = p.KEPT.lend(key)
+        if lane is None or lent is None:
+            return False
+        tensors, sizes = lent
+        if len(tensors) > p.INLINE_SIZES or any(t.device.type != "cpu" for t in tensors):
+            return False
+        header = torch.zeros(HEADER_BYTES, dtype=torch.uint8)
+        raw = header.numpy()
+        p.encode_request(raw, key, sizes)
+        raw[-1] = 1
+        with lane.cond:
+            if lane.closed or len(lane.armed) >= limit:
+                return False
+            try:
+                works = [lane.group.send([header], 1, TAG_PUSH_HEADER)]
+                works += [lane.group.send([t], 1, TAG_PUSH_FIRST + i)
+                          for i, t in enumerate(tensors)]
+            except Exception:  # noqa: BLE001 - the pair broke: its thread closes the lane
+                return False
+            lane.armed.append(works)
+            lane.cond.notify()
+            if lane.reaper is None:
+                lane.reaper = threading.Thread(target=_reap, args=(lane,), daemon=True,
+                                               name=f"tensor-push-{lane.pair_id[:8]}")
+                lane.reaper.start()
+        self.pushed += 1
+        return True
+
+
+def _close(lane: _Lane) -> None:
+    with lane.cond:
+        lane.closed = True
+        lane.cond.notify()
+
+
+def _reap(lane: _Lane) -> None:
+    """Let each push's works go once the consumer received it, oldest first (a push's sends
+    must outlive their receive: gloo holds only a weak pointer to a pending send)."""
+    while True:
+        with lane.cond:
+            while not lane.armed and not lane.closed:
+                lane.cond.wait()
+            if not lane.armed:
+                return
+            works = lane.armed[0]
+        try:
+            for work in works:
+                work.wait(p.IDLE_WAIT)
+        except Exception:  # noqa: BLE001 - the consumer went away: the pair is over
+            with lane.cond:
+                lane.closed = True
+                lane.armed.clear()
+            return
+        with lane.cond:
+            lane.armed.popleft()
+
+
+LANES = PushLanes()
+
+
+class Pushed:
+    """A pushed transfer the consumer took the header of: its buffers and receives."""
+
+    __slots__ = ("key", "sizes", "out", "works", "at")
+
+    def __init__(self, key: str, sizes: list[int], out: list[Any], works: list[Any]) -> None:
+        self.key, self.sizes, self.out, self.works = key, sizes, out, works
+        self.at = time.monotonic()
