@@ -25,6 +25,15 @@ move, not of a pull; the transport is a pull (the producer does not know who wil
 ref, so the consumer asks and the producer's thread must wake to answer), whose floor is raw
 req/reply. Both are printed. Raw p2p's CPU includes its barrier per transfer.
 
+At dispatch (the weight-sync pattern, `consumer.load.remote(ref)`): "call" times the driver's
+dispatch of `consumer.stamp.remote(plain_ref)` (a small put object) to the start of the
+method in the consumer; "push" the same call with the transport's ref, to the start of the
+method, i.e. once the tensor was received while the call's arguments were read (pushed by
+the producer at dispatch where the runtime does so, else pulled then). Their difference is
+what the tensor adds to the call, set against raw p2p. One clock (perf_counter,
+CLOCK_MONOTONIC) in the driver and the consumer. CPU there: the consumer's and the
+producer's per call (the driver's not counted).
+
     python benchmarks/bench_tensor_transport.py            # 4 KB ... 64 MB
     python benchmarks/bench_tensor_transport.py --big      # ... and 256 MB, 1 GB (slow)
     python benchmarks/bench_tensor_transport.py --quick    # 4 KB ... 16 MB, fewer transfers
@@ -48,7 +57,7 @@ import zmesh.collective as col
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 BIG = [256 << 20, 1 << 30]
-COLUMNS = ("p2p", "rr", "tt", "store")  # rotated block by block
+COLUMNS = ("p2p", "rr", "tt", "store", "call", "push")  # rotated block by block
 Result = tuple[list[float], float]  # times of each transfer, CPU s per transfer (both sides)
 
 
@@ -93,6 +102,27 @@ class Consumer:
             del value
         prod1, cpu1 = zmesh.get(producer.cpu.remote()), _cpu()
         return times, (cpu1 - cpu0 + max(0.0, prod1 - prod0 - self.call_cpu)) / reps
+
+    def stamp(self, value: Any) -> float:
+        """When the call's argument is usable here (its tensor received, if it has one)."""
+        return time.perf_counter()
+
+    def cpu(self) -> float:
+        return _cpu()
+
+
+def dispatch(consumer: Any, producer: Any, ref: Any, reps: int) -> Result:
+    """Times from the driver's dispatch of `consumer.stamp.remote(ref)` to the argument
+    being usable in the consumer (perf_counter is CLOCK_MONOTONIC: one clock for every
+    process here), and the CPU seconds per call of the consumer and the producer (both
+    include the stamp calls' own cost; the driver's is not counted)."""
+    cpu0 = zmesh.get([consumer.cpu.remote(), producer.cpu.remote()])
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        times.append(zmesh.get(consumer.stamp.remote(ref)) - start)
+    cpu1 = zmesh.get([consumer.cpu.remote(), producer.cpu.remote()])
+    return times, (sum(cpu1) - sum(cpu0)) / reps
 
 
 @zmesh.remote
@@ -234,13 +264,17 @@ def measure(nbytes: int, blocks: int, reps: int, raw: Raw, producer: Any, consum
             members: list[Any]) -> Cells:
     """One size: `blocks` blocks of every column, interleaved, the order rotating."""
     cells = Cells()
-    refs = {"store": producer.make.remote(nbytes), "tt": producer.make_kept.remote(nbytes)}
-    zmesh.wait(list(refs.values()), num_returns=2)
+    refs = {"store": producer.make.remote(nbytes), "tt": producer.make_kept.remote(nbytes),
+            "plain": zmesh.put(0)}
+    zmesh.wait(list(refs.values()), num_returns=3)
+    dispatch(consumer, producer, refs["tt"], 2)  # the pair (made by a first read) is warm
     run = {
         "p2p": lambda: raw.run("p2p", nbytes, reps),
         "rr": lambda: raw.run("rr", nbytes, reps),
         "tt": lambda: zmesh.get(consumer.pull.remote([refs["tt"]], reps, producer)),
         "store": lambda: zmesh.get(consumer.pull.remote([refs["store"]], reps, producer)),
+        "call": lambda: dispatch(consumer, producer, refs["plain"], reps),
+        "push": lambda: dispatch(consumer, producer, refs["tt"], reps),
     }
     for block in range(blocks):
         order = COLUMNS[block % len(COLUMNS):] + COLUMNS[:block % len(COLUMNS)]
@@ -268,6 +302,21 @@ def report(nbytes: int, c: Cells, load: float) -> None:
           f"{c.p('tt', .5) / c.p('p2p', .5):5.2f}x {c.p('tt', .5) / c.p('rr', .5):5.2f}x | "
           f"{c.cpu_ms('tt'):8.3f} {c.cpu_ms('rr'):8.3f} {c.cpu_ms('p2p'):8.3f} "
           f"{c.cpu_ms('tt') / c.cpu_ms('rr'):5.2f}x | {load:5.1f}", flush=True)
+
+
+def report_dispatch(nbytes: int, c: Cells) -> None:
+    """The transport read at dispatch: the ref as a call's top-level argument (pushed to the
+    consumer when the runtime does that, pulled while the call's arguments are read when
+    not), beside the same call with a plain ref, and raw p2p."""
+    d10 = c.p("push", .1) - c.p("call", .1)
+    d50 = c.p("push", .5) - c.p("call", .5)
+    print(f"{fmt_size(nbytes):>7} | {c.p('call', .1):6.2f} {c.p('call', .5):6.2f} | "
+          f"{c.p('push', .1):6.2f} {c.p('push', .5):6.2f} | {d10:6.2f} {d50:6.2f} | "
+          f"{c.p('p2p', .1):6.2f} {c.p('p2p', .5):6.2f} | "
+          f"{d10 / c.p('p2p', .1):5.2f}x {d50 / c.p('p2p', .5):5.2f}x | "
+          f"{c.p('push', .5) / c.p('p2p', .5):5.2f}x | {c.cpu_ms('call'):7.3f} "
+          f"{c.cpu_ms('push'):7.3f} {c.cpu_ms('push') - c.cpu_ms('call'):7.3f} "
+          f"{c.cpu_ms('p2p'):7.3f}", flush=True)
 
 
 def report_allreduce(nbytes: int, c: Cells) -> None:
@@ -321,6 +370,12 @@ def run_all(sizes: list[int], blocks: int, reps: int, raw: Raw, producer: Any, c
         cells = measure(nbytes, blocks, reps, raw, producer, consumer, members)
         measured.append((nbytes, cells))
         report(nbytes, cells, os.getloadavg()[0])
+    print("at dispatch (ms): call with a plain ref p10/p50 | the same call with the transport's "
+          "ref p10/p50 | their difference p10/p50 | raw p2p p10/p50 | difference/p2p p10, p50 "
+          "| call with the ref/p2p p50 | CPU ms per call (consumer + producer): plain, with "
+          "the ref, difference; raw p2p")
+    for nbytes, cells in measured:
+        report_dispatch(nbytes, cells)
     print("allreduce (ms): zmesh group p10/p50 | raw torch.distributed p10/p50 | p50 ratio | "
           "CPU both members: zmesh, raw, ratio | same two members, call by call: "
           "zmesh.collective vs torch pg.allreduce().wait(), p50")

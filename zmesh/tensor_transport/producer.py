@@ -51,6 +51,7 @@ class KeptTensors:
         self._kept: dict[str, tuple[list[Any], list[int]]] = {}  # key -> tensors, sizes
         self.address = ""
         self.sent_bytes = 0
+        self.pushes: Any = None  # push.PushLanes, set when that module is loaded
 
     def keep(self, key: str, tensors: list[Any]) -> None:
         sizes = [t.nbytes for t in tensors]
@@ -83,9 +84,8 @@ class KeptTensors:
 
                 client = context.current_client()
                 client.query_handlers["tensor_pair"] = self._on_pair
-                from zmesh.tensor_transport.push import LANES
-
-                client.query_handlers["tensor_push"] = LANES.on_push
+                if self.pushes is not None:
+                    client.query_handlers["tensor_push"] = self.pushes.on_push
                 self.address = client.address
             return self.address
 
@@ -110,16 +110,15 @@ class KeptTensors:
             datas, asks = pair_groups(pair_id, 0, backend)
         except Exception:  # noqa: BLE001 - the consumer never came (its fetch fails alone)
             return
-        if backend != "gloo" or not consumer:  # NCCL: one CUDA stream per pair: pulls only
-            self._answer(datas, asks, backend)
+        lanes = self.pushes
+        if backend != "gloo" or not consumer or lanes is None:  # NCCL: one CUDA stream per
+            self._answer(datas, asks, backend)  # pair, so pulls only
             return
-        from zmesh.tensor_transport.push import LANES
-
-        LANES.open(consumer, pair_id, datas[0])  # pushes go on the first tensors' group
+        lanes.open(consumer, pair_id, datas[0])  # pushes go on the first tensors' group
         try:
             self._answer(datas, asks, backend)
         finally:
-            LANES.close(consumer, pair_id)
+            lanes.close(consumer, pair_id)
 
     def _answer(self, datas: list[Any], asks: list[Any], backend: str) -> None:
         """Answer the pair's requests until it ends."""

@@ -235,6 +235,7 @@ def _reap(lane: _Lane) -> None:
 
 
 LANES = PushLanes()
+p.KEPT.pushes = LANES  # (the producer takes pushes through it; it does not import this module)
 
 
 class Pushed:
