@@ -83,56 +83,71 @@ class _Pair:
 
 class PushIn:
     """The consumer's side of pushes on one pair (gloo): the standing receive of the next
-    header, and pushed transfers taken but not read yet (see zmesh.tensor_transport.push)."""
+    header, a thread that takes each header as it comes in (posting its tensors' receives at
+    once, so the data moves while the call that reads it is still on its way), and the pushed
+    transfers taken but not read yet (see zmesh.tensor_transport.push)."""
 
-    def __init__(self, group: Any) -> None:
+    def __init__(self, group: Any, watch: bool = True) -> None:
         import torch
 
         self.group = group
         self.header = torch.zeros(pu.HEADER_BYTES, dtype=torch.uint8)
         self.header_host = self.header.numpy()
+        self.lock = threading.Lock()  # the fields below; push receives posted in header order
         self.waiting = group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
         self.kept: OrderedDict[str, pu.Pushed] = OrderedDict()  # by key, oldest first
+        self.watcher: threading.Thread | None = None
+        if watch:
+            self.watcher = threading.Thread(target=self._watch, daemon=True,
+                                            name="tensor-push-in")
+            self.watcher.start()
 
-    def take(self, key: str, sizes: list[int], metas: list[tuple[list[int], str]],
-             dtypes: list[Any], device: str) -> pu.Pushed | None:
-        """The pushed transfer of `key` (receives posted, maybe not complete), or None: take
-        every header that has come in, in order, posting its tensors' receives (the pair's
-        lock held: push receives are posted in header order, as the producer posted its
-        sends, so each lands in its own)."""
+    def _watch(self) -> None:
+        while True:
+            try:
+                self.waiting.wait(p.IDLE_WAIT)
+                with self.lock:
+                    self._take_header(waited=True)
+            except Exception:  # noqa: BLE001 - the pair broke (the producer went away)
+                return
+
+    def _take_header(self, waited: bool = False) -> None:
+        """The header that came in: post its tensors' receives (into warm blocks), the next
+        header's receive, and keep the transfer for its read (the lock held). A receive's
+        work is waited on once (a second wait on gloo's waits for another message)."""
         import torch
 
-        found = None
-        while self.header_host[-1] == 1:  # its last byte is in: the wait is short
+        if not waited:
             self.waiting.wait()
-            got, count, got_sizes = p.decode_request(self.header_host)
-            if not 0 <= count <= len(got_sizes) or count > p.INLINE_SIZES:
-                raise TensorTransportError(f"a bad push header (count {count})")
-            got_sizes = got_sizes[:count]
-            self.header_host[-1] = 0
-            if found is None and got == key and got_sizes == sizes:
-                out = [_empty(shape, dt, device) for (shape, _), dt in zip(metas, dtypes)]
-            else:
-                out = [torch.empty(n, dtype=torch.uint8) for n in got_sizes]
-            works = [self.group.recv([t], 0, pu.TAG_PUSH_FIRST + i) for i, t in enumerate(out)]
-            self.waiting = self.group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
-            pushed = pu.Pushed(got, got_sizes, out, works)
-            if found is None and got == key and got_sizes == sizes:
-                found = pushed
-            else:
-                self._keep(pushed)
-        if found is not None:
-            return found
-        kept = self.kept.get(key)
-        if kept is None or kept.sizes != sizes:
-            return None
-        del self.kept[key]
-        kept.out = [b.view(dt).reshape(shape) for b, (shape, _), dt in zip(kept.out, metas, dtypes)]
+        key, count, sizes = p.decode_request(self.header_host)
+        if not 0 <= count <= len(sizes):
+            raise TensorTransportError(f"a bad push header (count {count})")
+        sizes = sizes[:count]
+        self.header_host[-1] = 0
+        out = [POOL.empty([n], torch.uint8) for n in sizes]
+        works = [self.group.recv([t], 0, pu.TAG_PUSH_FIRST + i) for i, t in enumerate(out)]
+        self.waiting = self.group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
+        self._keep(pu.Pushed(key, sizes, out, works))
+
+    def take(self, key: str, sizes: list[int], metas: list[tuple[list[int], str]],
+             dtypes: list[Any]) -> pu.Pushed | None:
+        """The pushed transfer of `key` (receives posted, maybe not complete), or None. With
+        no watching thread, first take every header that has come in, in order."""
+        with self.lock:
+            if self.watcher is None:
+                while self.header_host[-1] == 1:  # its last byte is in: the wait is short
+                    self._take_header()
+            kept = self.kept.get(key)
+            if kept is None or kept.sizes != sizes:
+                return None
+            del self.kept[key]
+        kept.out = [b.view(dt).reshape(shape)
+                    for b, (shape, _), dt in zip(kept.out, metas, dtypes)]
         return kept
 
     def _keep(self, pushed: pu.Pushed) -> None:
-        """Keep a pushed transfer for a later read of its key; drop the oldest past MAX_KEPT
-        or PUSH_KEEP_S (once received: a receive's buffer must outlive it)."""
+        """Keep a pushed transfer for a read of its key; drop the oldest past MAX_KEPT or
+        PUSH_KEEP_S (once received: a receive's buffer must outlive it)."""
         old = self.kept.pop(pushed.key, None)
         if old is not None:
             _let_go(old)
@@ -145,8 +160,9 @@ class PushIn:
             _let_go(self.kept.pop(first.key))
 
     def clear(self) -> None:
-        while self.kept:
-            _let_go(self.kept.popitem(last=False)[1])
+        with self.lock:
+            while self.kept:
+                _let_go(self.kept.popitem(last=False)[1])
 
 
 def _let_go(pushed: pu.Pushed) -> None:
@@ -230,7 +246,7 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             more = more.to(pair.ctl)
         with pair.lock:
             if pair.push is not None:
-                pushed = pair.push.take(key, sizes, metas, dtypes, device)
+                pushed = pair.push.take(key, sizes, metas, dtypes)
                 if pushed is not None:  # the producer already sent it: no request
                     return _receive_pushed(pair, pushed, sum(sizes))
             transfer = pair.transfers

@@ -13,17 +13,18 @@ The three sides:
   first tensors' group, a header (key and sizes, on TAG_PUSH_HEADER) and a send of each tensor
   (TAG_PUSH_FIRST + i). gloo holds a send until the peer posts its receive, then its loop
   thread writes the data: no Python runs in the producer when the consumer reads;
-- the **consumer** (consumer.PushIn): keeps a receive of the next header posted. When it
-  reads a ref, it first takes every header that has come in, in order, posting the receives
-  of their tensors (a pushed key it does not read now is kept, bounded); if its key was
-  pushed it waits for those receives and sends no request; else it pulls as before.
+- the **consumer** (consumer.PushIn): keeps a receive of the next header posted, and a
+  thread per pair blocked in it takes each header as it comes in, posting its tensors'
+  receives at once (in header order), so the data moves while the call is still on its way
+  to the method; the transfer is kept (bounded) for the read of its key. A read whose key
+  was pushed waits for those receives and sends no request; else it pulls as before.
 
 Correctness never rests on the push: a push that cannot be made is not made (no pair yet,
 NCCL, too many tensors, key gone, too many unreceived), and the consumer then pulls. Pushes
 use their own tags, received strictly in header order, so they never match a pull's
-receives (which keep their own tags, lanes and order). A push nobody reads holds the
-producer's tensors until the consumer's next read on that pair takes its header (and drops
-it once MAX_KEPT newer ones wait, or PUSH_KEEP_S passed), or the pair closes.
+receives (which keep their own tags, lanes and order). A push nobody reads is received
+all the same and kept by the consumer until MAX_KEPT newer ones wait, or PUSH_KEEP_S passed
+when the next one comes in, or `empty_cache()`; the producer lets each go once received.
 """
 
 from __future__ import annotations

@@ -1,0 +1,64 @@
+"""The producer's pushes on one pair: at most MAX_ARMED unreceived (past it a push is refused
+and the consumer pulls), each let go once received, none after the pair closed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from zmesh.tensor_transport import producer as p
+from zmesh.tensor_transport import push
+
+torch = pytest.importorskip("torch")
+
+
+class _Work:
+    def __init__(self, received: threading.Event) -> None:
+        self.received = received
+
+    def wait(self, timeout: object = None) -> bool:
+        assert self.received.wait(60)
+        return True
+
+
+class _Group:
+    """Sends that complete when the test says the consumer received them."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.received = threading.Event()
+
+    def send(self, tensors: list, peer: int, tag: int) -> _Work:
+        self.sent.append(tag)
+        return _Work(self.received)
+
+
+def _wait(cond, timeout: float = 30.0) -> bool:
+    done = threading.Event()
+    for _ in range(int(timeout * 100)):
+        if cond():
+            return True
+        done.wait(0.01)
+    return cond()
+
+
+def test_one_unreceived_push_per_pair_then_refused_until_received():
+    lanes, group = push.PushLanes(), _Group()
+    key = "ab" * 16
+    p.KEPT.keep(key, [torch.ones(4), torch.zeros(2, dtype=torch.int64)])
+    try:
+        assert not lanes.push(key, "ipc:///c")  # no pair with that consumer: no push
+        lanes.open("ipc:///c", "pair1", group)
+        assert lanes.push(key, "ipc:///c")
+        assert group.sent == [push.TAG_PUSH_HEADER, push.TAG_PUSH_FIRST, push.TAG_PUSH_FIRST + 1]
+        assert not lanes.push(key, "ipc:///c")  # the first is not received yet
+        assert lanes.count_armed("ipc:///c") == push.MAX_ARMED == 1
+        group.received.set()  # the consumer received it: let go
+        assert _wait(lambda: lanes.count_armed("ipc:///c") == 0)
+        assert lanes.push(key, "ipc:///c")
+        assert not lanes.push("cd" * 16, "ipc:///c")  # a key not kept here
+        lanes.close("ipc:///c", "pair1")
+        assert not lanes.push(key, "ipc:///c")  # the pair ended
+    finally:
+        p.KEPT.drop(key)
