@@ -28,13 +28,15 @@ Honest under load (this 2-core host is shared; wall time swings by tens of perce
     python benchmarks/bench_collective.py                   # 1, 4, 16, 64 MB
     python benchmarks/bench_collective.py --quick           # 1, 4 MB, fewer reps
     python benchmarks/bench_collective.py --sizes 1,64 --blocks 12 --reps 10 --threads
-    python benchmarks/bench_collective.py --ops allreduce,broadcast --wrapper
+    python benchmarks/bench_collective.py --ops allreduce,broadcast --wrapper --json r1.json
+    python benchmarks/bench_collective.py --summarize r1.json r2.json r3.json
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import multiprocessing as mp
 import os
 import queue
@@ -69,13 +71,14 @@ def threads_now() -> dict[int, tuple[str, int, int]]:
                 run_ns, _wait, slices = f.read().split()
         except OSError:  # the thread ended between listdir and open
             continue
-        out[int(tid)] = (kind_of(python.get(int(tid)), comm), int(run_ns), int(slices))
+        name = "MainThread" if int(tid) == os.getpid() else python.get(int(tid))
+        out[int(tid)] = (kind_of(name, comm), int(run_ns), int(slices))
     return out
 
 
 def kind_of(python_name: str | None, comm: str) -> str:
-    """gloo's threads; in a worker, MainThread is zmesh's event loop; `collective-*` the
-    group's watchdog; other Python threads (log pumps, ...); other native threads."""
+    """gloo's threads; the main thread (in a worker: zmesh's event loop); `collective-*`
+    the group's watchdog; other Python threads (log pumps, ...); other native threads."""
     if comm.startswith(("gloo", "pt_gloo")):
         return "gloo"
     if python_name is None:
@@ -283,6 +286,13 @@ class Sample:
     def cpu_ms(self, column: str) -> float:
         return statistics.median(sum(b[1] for b in both) for both in self.blocks[column]) * 1e3
 
+    def record(self) -> dict[str, Any]:
+        """What --summarize needs: every block's p50 and CPU per column, pooled p10/p50."""
+        return {c: {"block_p50_ms": [x * 1e3 for x in self.block_p50(c)],
+                    "p10_ms": self.p(c, .1), "p50_ms": self.p(c, .5),
+                    "cpu_ms": [sum(b[1] for b in both) * 1e3 for both in self.blocks[c]]}
+                for c in COLUMNS}
+
     def kinds_ms(self, column: str) -> dict[str, tuple[float, float]]:
         """Median over blocks of each thread kind's CPU ms and wake-ups per collective,
         both processes summed."""
@@ -336,6 +346,7 @@ def report(op: str, nbytes: int, s: Sample, load: tuple[float, float]) -> None:
           f"{s.p('api', .1):7.2f} {s.p('api', .5):7.2f} | {s.p('pg', .1):7.2f} "
           f"{s.p('pg', .5):7.2f} | {spread(s.ratios('api', 'raw'))} "
           f"{spread(s.ratios('pg', 'raw'))} {spread(s.ratios('api', 'pg'))} | "
+          f"{s.p('api', .1) / s.p('raw', .1):5.2f}x | "
           f"{s.cpu_ms('raw'):7.2f} {s.cpu_ms('api'):7.2f} {s.cpu_ms('pg'):7.2f} "
           f"{s.cpu_ms('api') / s.cpu_ms('raw'):5.2f}x | {load[0]:.1f}-{load[1]:.1f}",
           flush=True)
@@ -351,6 +362,40 @@ def report_threads(op: str, nbytes: int, s: Sample) -> None:
               flush=True)
 
 
+def summarize(paths: list[str]) -> None:
+    """Several runs' --json files together: per (op, size), every block of every run."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    keys = list(dict.fromkeys((r["op"], r["bytes"]) for run in runs for r in run))
+    print(f"{len(runs)} runs ({', '.join(paths)}); ratios: median of the block p50 ratios "
+          f"of all runs [quartiles] (blocks); per run: that run's median; p10: median over "
+          f"runs of pooled p10 ratios; CPU: median over all blocks")
+    print(f"{'op':>9} {'size':>6} | {'api/raw all blocks':>24} | {'per run':>20} | "
+          f"{'pg/raw':>17} | {'api/pg':>17} | p10 a/r | CPU a/r | load")
+    for op, nbytes in keys:
+        recs = [r for run in runs for r in run if (r["op"], r["bytes"]) == (op, nbytes)]
+
+        def ratios(num: str, den: str, rs: list[dict[str, Any]] = recs) -> list[float]:
+            return [a / b for r in rs for a, b in zip(r[num]["block_p50_ms"],
+                                                    r[den]["block_p50_ms"])]
+
+        def quart(v: list[float]) -> str:
+            q = statistics.quantiles(v, n=4) if len(v) > 1 else v * 3
+            return f"{statistics.median(v):5.2f}x [{q[0]:4.2f}-{q[2]:4.2f}]"
+
+        api_raw = ratios("api", "raw")
+        per_run = " ".join(f"{statistics.median(ratios('api', 'raw', [r])):4.2f}" for r in recs)
+        p10 = statistics.median(r["api"]["p10_ms"] / r["raw"]["p10_ms"] for r in recs)
+        cpu = statistics.median(c for r in recs for c in r["api"]["cpu_ms"]) / \
+            statistics.median(c for r in recs for c in r["raw"]["cpu_ms"])
+        loads = [x for r in recs for x in r["load"]]
+        print(f"{op:>9} {fmt_size(nbytes):>6} | {quart(api_raw)} ({len(api_raw):3d}) | "
+              f"{per_run:>20} | {quart(ratios('pg', 'raw'))} | {quart(ratios('api', 'pg'))} | "
+              f"{p10:6.2f}x | {cpu:6.2f}x | {min(loads):.1f}-{max(loads):.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 and 4 MB, fewer blocks")
@@ -360,7 +405,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=0, help="collectives per block and column")
     parser.add_argument("--threads", action="store_true", help="CPU by thread kind, node CPU")
     parser.add_argument("--wrapper", action="store_true", help="the API's cost per call alone")
+    parser.add_argument("--json", default="", help="write every block's figures to this file")
+    parser.add_argument("--summarize", nargs="+", metavar="JSON",
+                        help="print several runs' --json files together, run nothing")
     args = parser.parse_args()
+    if args.summarize:
+        summarize(args.summarize)
+        return
     sizes_mb = [float(x) for x in args.sizes.split(",")] if args.sizes else \
         (SIZES_MB[:2] if args.quick else SIZES_MB)
     ops = args.ops.split(",")
@@ -375,30 +426,39 @@ def main() -> None:
     raw = Raw()
     try:
         run_all([int(mb * (1 << 20)) for mb in sizes_mb], ops, blocks, reps, raw, members,
-                args.threads, args.wrapper)
+                args.threads, args.wrapper, args.json)
     finally:
         raw.stop()
         zmesh.shutdown()
 
 
 def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
-            members: list[Any], threads: bool, wrapper: bool) -> None:
+            members: list[Any], threads: bool, wrapper: bool, json_path: str) -> None:
     node = node_pids()
     print(f"gloo on CPU, {os.cpu_count()} cores; per size {blocks} interleaved blocks x {reps} "
           f"collectives per column, both ranks timed (p10/p50 over {2 * blocks * reps}); "
           f"{time.strftime('%H:%M:%S')} UTC, load average {os.getloadavg()[0]:.1f}")
     print("ms per collective. ratios: median over blocks of the block's p50 ratio "
-          "[lowest-highest block]. CPU: ms per collective, both processes, median over blocks")
+          "[lowest-highest block]; p10 a/r: pooled p10 of api / of raw. CPU: ms per "
+          "collective, both processes, median over blocks")
     print(f"{'op':>9} {'size':>6} | {'raw p10/p50':>15} | {'api p10/p50':>15} | "
           f"{'pg p10/p50':>15} | {'api/raw':>18} {'pg/raw':>18} {'api/pg':>18} | "
+          f"{'p10 a/r':>6} | "
           f"{'CPU raw':>7} {'api':>7} {'pg':>7} api/raw | load")
-    samples = []
+    samples: list[tuple[str, int, Sample]] = []
+    records: list[dict[str, Any]] = []
     for nbytes in sizes:
         for op in ops:
             load0 = os.getloadavg()[0]
             s = measure(op, nbytes, blocks, reps, raw, members, node)
             samples.append((op, nbytes, s))
-            report(op, nbytes, s, (load0, os.getloadavg()[0]))
+            load1 = os.getloadavg()[0]
+            report(op, nbytes, s, (load0, load1))
+            records.append({"op": op, "bytes": nbytes, "load": [load0, load1],
+                            "at": time.strftime("%H:%M:%S"), **s.record()})
+            if json_path:  # after every size: a run cut short keeps what it measured
+                with open(json_path, "w") as f:
+                    json.dump(records, f, indent=1)
     if threads:
         print("by thread: CPU ms / wake-ups per collective, both processes (median over "
               "blocks); node: the zmesh node's CPU ms per collective during the block")
