@@ -12,7 +12,7 @@ Three columns, each two processes running the same tensor through the same colle
 
 Honest under load (this 2-core host is shared; wall time swings by tens of percent):
 - interleaved: every (size, op) runs --blocks blocks; a block runs every column for --reps
-  collectives, the columns' order rotating block by block; every block of every column
+  collectives (more below 16 MB: see reps_for), the columns' order rotating block by block; every block of every column
   starts with a barrier and one untimed warm-up collective, then times each collective;
 - each process times its own collectives: both ranks' times are pooled (p10, p50);
 - the verdict is the median over blocks of each block's p50 ratio (api p50 / raw p50 in
@@ -432,11 +432,18 @@ def main() -> None:
         zmesh.shutdown()
 
 
+def reps_for(nbytes: int, reps: int) -> int:
+    """`reps` at 16 MB and up; more below (up to 10x), so that a block's p50 rests on as
+    many milliseconds of collectives as at 16 MB, not on a handful of sub-ms samples."""
+    return max(reps, min(10 * reps, reps * (16 << 20) // max(nbytes, 1)))
+
+
 def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
             members: list[Any], threads: bool, wrapper: bool, json_path: str) -> None:
     node = node_pids()
-    print(f"gloo on CPU, {os.cpu_count()} cores; per size {blocks} interleaved blocks x {reps} "
-          f"collectives per column, both ranks timed (p10/p50 over {2 * blocks * reps}); "
+    print(f"gloo on CPU, {os.cpu_count()} cores; per size {blocks} interleaved blocks x "
+          f"{', '.join(f'{reps_for(n, reps)} ({fmt_size(n)})' for n in sizes)} collectives "
+          f"per column, both ranks timed and pooled for p10/p50; "
           f"{time.strftime('%H:%M:%S')} UTC, load average {os.getloadavg()[0]:.1f}")
     print("ms per collective. ratios: median over blocks of the block's p50 ratio "
           "[lowest-highest block]; p10 a/r: pooled p10 of api / of raw. CPU: ms per "
@@ -450,7 +457,7 @@ def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
     for nbytes in sizes:
         for op in ops:
             load0 = os.getloadavg()[0]
-            s = measure(op, nbytes, blocks, reps, raw, members, node)
+            s = measure(op, nbytes, blocks, reps_for(nbytes, reps), raw, members, node)
             samples.append((op, nbytes, s))
             load1 = os.getloadavg()[0]
             report(op, nbytes, s, (load0, load1))
