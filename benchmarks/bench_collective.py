@@ -40,6 +40,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import resource
 import statistics
 import threading
 import time
@@ -110,12 +111,17 @@ def timed(call: Any, barrier: Any, reps: int) -> Block:
     times = []
     caller = threading.get_native_id()
     before, cpu0 = threads_now(), time.process_time()
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(reps):
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
     cpu1, after = time.process_time(), threads_now()
-    return times, (cpu1 - cpu0) / reps, by_kind(before, after, caller, reps)
+    kinds = by_kind(before, after, caller, reps)
+    # page faults per collective (as a kind, the CPU slot 0): a scratch buffer that malloc
+    # maps afresh for every collective costs a fault per 4 KB page, and shows here
+    kinds["faults"] = (0.0, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0) / reps)
+    return times, (cpu1 - cpu0) / reps, kinds
 
 
 def torch_call(pg: Any, op: str, t: Any) -> Any:
@@ -357,6 +363,7 @@ def report_threads(op: str, nbytes: int, s: Sample) -> None:
         kinds = s.kinds_ms(column)
         parts = " ".join(f"{k} {kinds[k][0]:6.3f} ms/{kinds[k][1]:5.2f}"
                          for k in KINDS if k in kinds)
+        parts += f" page faults {kinds.get('faults', (0.0, 0.0))[1]:7.1f}"
         node = statistics.median(s.node_cpu[column]) * 1e3
         print(f"{op:>9} {fmt_size(nbytes):>6} {column:>4} | {parts} | node {node:6.3f} ms",
               flush=True)
@@ -468,7 +475,7 @@ def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
                     json.dump(records, f, indent=1)
     if threads:
         print("by thread: CPU ms / wake-ups per collective, both processes (median over "
-              "blocks); node: the zmesh node's CPU ms per collective during the block")
+              "blocks); minor page faults per collective, both processes; node: the zmesh node's CPU ms per collective during the block")
         for op, nbytes, s in samples:
             report_threads(op, nbytes, s)
     if wrapper:
