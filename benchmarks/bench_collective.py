@@ -104,6 +104,13 @@ def by_kind(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str,
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+def pin(cpu: int) -> None:
+    """Every thread of this process (and those it starts later) onto one CPU (-1: leave)."""
+    if cpu >= 0:
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), {cpu})
+
+
 def timed(call: Any, barrier: Any, reps: int) -> Block:
     """Warm up, meet the peer, then time `reps` calls of `call` here."""
     call()
@@ -137,9 +144,10 @@ def torch_call(pg: Any, op: str, t: Any) -> Any:
 
 @zmesh.remote
 class Member:
-    def run(self, column: str, op: str, nbytes: int, reps: int) -> Block:
+    def run(self, column: str, op: str, nbytes: int, reps: int, cpu: int) -> Block:
         from zmesh.collective.api import _group
 
+        pin(cpu)
         t = torch.ones(nbytes // 4)
         g = _group(GROUP)  # joins the declared group on first use
         if column == "api":
@@ -194,7 +202,8 @@ def _raw_peer(rank: int, port: int, todo: Any, out: Any) -> None:
                           timeout=datetime.timedelta(seconds=300))
     pg = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=300))
     while (job := todo.get()) is not None:
-        op, nbytes, reps = job
+        op, nbytes, reps, cpu = job
+        pin(cpu)
         t = torch.ones(nbytes // 4)
         out.put((rank, timed(torch_call(pg, op, t), lambda: pg.barrier().wait(), reps)))
 
@@ -216,9 +225,9 @@ class Raw:
         for p in self.procs:
             p.start()
 
-    def run(self, op: str, nbytes: int, reps: int) -> list[Block]:
-        for q in self.todo:
-            q.put((op, nbytes, reps))
+    def run(self, op: str, nbytes: int, reps: int, pinned: bool) -> list[Block]:
+        for rank, q in enumerate(self.todo):
+            q.put((op, nbytes, reps, rank if pinned else -1))
         got: dict[int, Block] = {}
         deadline = time.monotonic() + 1200
         while len(got) < 2:
@@ -323,7 +332,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def measure(op: str, nbytes: int, blocks: int, reps: int, raw: Raw, members: list[Any],
-            node: list[int]) -> Sample:
+            node: list[int], pinned: bool) -> Sample:
     """`blocks` blocks of every column, interleaved, the order rotating."""
     s = Sample()
     for block in range(blocks):
@@ -331,9 +340,10 @@ def measure(op: str, nbytes: int, blocks: int, reps: int, raw: Raw, members: lis
         for column in COLUMNS[k:] + COLUMNS[:k]:
             n0 = proc_cpu_s(node)
             if column == "raw":
-                both = raw.run(op, nbytes, reps)
+                both = raw.run(op, nbytes, reps, pinned)
             else:
-                both = zmesh.get([m.run.remote(column, op, nbytes, reps) for m in members])
+                both = zmesh.get([m.run.remote(column, op, nbytes, reps, r if pinned else -1)
+                                  for r, m in enumerate(members)])
             s.node_cpu[column].append((proc_cpu_s(node) - n0) / reps)
             s.blocks[column].append(both)
     return s
@@ -412,6 +422,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=0, help="collectives per block and column")
     parser.add_argument("--threads", action="store_true", help="CPU by thread kind, node CPU")
     parser.add_argument("--wrapper", action="store_true", help="the API's cost per call alone")
+    parser.add_argument("--pin", action="store_true",
+                        help="rank r's process (raw and zmesh alike) on CPU r, every thread")
     parser.add_argument("--json", default="", help="write every block's figures to this file")
     parser.add_argument("--summarize", nargs="+", metavar="JSON",
                         help="print several runs' --json files together, run nothing")
@@ -433,7 +445,7 @@ def main() -> None:
     raw = Raw()
     try:
         run_all([int(mb * (1 << 20)) for mb in sizes_mb], ops, blocks, reps, raw, members,
-                args.threads, args.wrapper, args.json)
+                args.threads, args.wrapper, args.json, args.pin)
     finally:
         raw.stop()
         zmesh.shutdown()
@@ -446,7 +458,8 @@ def reps_for(nbytes: int, reps: int) -> int:
 
 
 def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
-            members: list[Any], threads: bool, wrapper: bool, json_path: str) -> None:
+            members: list[Any], threads: bool, wrapper: bool, json_path: str,
+            pinned: bool) -> None:
     node = node_pids()
     print(f"gloo on CPU, {os.cpu_count()} cores; per size {blocks} interleaved blocks x "
           f"{', '.join(f'{reps_for(n, reps)} ({fmt_size(n)})' for n in sizes)} collectives "
@@ -464,7 +477,7 @@ def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
     for nbytes in sizes:
         for op in ops:
             load0 = os.getloadavg()[0]
-            s = measure(op, nbytes, blocks, reps_for(nbytes, reps), raw, members, node)
+            s = measure(op, nbytes, blocks, reps_for(nbytes, reps), raw, members, node, pinned)
             samples.append((op, nbytes, s))
             load1 = os.getloadavg()[0]
             report(op, nbytes, s, (load0, load1))
