@@ -284,6 +284,7 @@ class Sample:
     def __init__(self) -> None:
         self.blocks: dict[str, list[list[Block]]] = {c: [] for c in COLUMNS}
         self.node_cpu: dict[str, list[float]] = {c: [] for c in COLUMNS}
+        self.driver_cpu: dict[str, list[float]] = {c: [] for c in COLUMNS}
 
     def times(self, column: str) -> list[float]:
         return [t for both in self.blocks[column] for b in both for t in b[0]]
@@ -338,13 +339,14 @@ def measure(op: str, nbytes: int, blocks: int, reps: int, raw: Raw, members: lis
     for block in range(blocks):
         k = block % len(COLUMNS)
         for column in COLUMNS[k:] + COLUMNS[:k]:
-            n0 = proc_cpu_s(node)
+            n0, d0 = proc_cpu_s(node), proc_cpu_s([os.getpid()])
             if column == "raw":
                 both = raw.run(op, nbytes, reps, pinned)
             else:
                 both = zmesh.get([m.run.remote(column, op, nbytes, reps, r if pinned else -1)
                                   for r, m in enumerate(members)])
             s.node_cpu[column].append((proc_cpu_s(node) - n0) / reps)
+            s.driver_cpu[column].append((proc_cpu_s([os.getpid()]) - d0) / reps)
             s.blocks[column].append(both)
     return s
 
@@ -375,8 +377,9 @@ def report_threads(op: str, nbytes: int, s: Sample) -> None:
                          for k in KINDS if k in kinds)
         parts += f" page faults {kinds.get('faults', (0.0, 0.0))[1]:7.1f}"
         node = statistics.median(s.node_cpu[column]) * 1e3
-        print(f"{op:>9} {fmt_size(nbytes):>6} {column:>4} | {parts} | node {node:6.3f} ms",
-              flush=True)
+        driver = statistics.median(s.driver_cpu[column]) * 1e3
+        print(f"{op:>9} {fmt_size(nbytes):>6} {column:>4} | {parts} | node {node:6.3f} ms, "
+              f"this driver {driver:6.3f} ms", flush=True)
 
 
 def summarize(paths: list[str]) -> None:
