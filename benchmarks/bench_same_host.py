@@ -10,12 +10,13 @@ bytes never touch the socket, so CURVE costs nothing: the two "local" rows shoul
 `mesh` is the user's view: a 2-node tcp `zmesh.testing.Cluster` (CURVE, as always); a task
 on the second node makes an array, and the timed `get` in the driver on the head pulls it
 into the head's store. Variants: this checkout (local copies), this checkout with
-ZMESH_LOCAL_COPY=0 (the socket, as before), and, with --main-python, another checkout's
-interpreter (e.g. main's venv: the code before this change). CPU is the two nodes' user +
-system seconds during the get (from /proc), per GB moved.
+ZMESH_LOCAL_COPY=0 (the socket, as before), and, with --before-tree DIR, another checkout
+of zmesh run by this interpreter (PYTHONPATH=DIR: e.g. `git worktree add DIR <commit>` of
+the code before this change). CPU is the two nodes' user + system seconds during the get
+(from /proc), per GB moved.
 
     python benchmarks/bench_same_host.py [--quick] [--sizes-mib 64,1024] [--rounds N]
-        [--only pair|mesh] [--main-python /work/main/.venv/bin/python] [--json FILE]
+        [--only pair|mesh] [--before-tree DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -263,13 +264,14 @@ def mesh_child(size: int, rounds: int) -> None:
 
 
 def run_mesh(size: int, rounds: int, sittings: int,
-             main_python: str | None) -> dict[str, Any]:
-    variants: list[tuple[str, str, dict[str, str]]] = [
-        ("branch (local copy)", sys.executable, {}),
-        ("branch, ZMESH_LOCAL_COPY=0", sys.executable, {"ZMESH_LOCAL_COPY": "0"}),
+             before_tree: str | None) -> dict[str, Any]:
+    variants: list[tuple[str, str, dict[str, str]]] = []
+    if before_tree:
+        variants.append(("before", sys.executable, {"PYTHONPATH": os.path.abspath(before_tree)}))
+    variants += [
+        ("local copy", sys.executable, {}),
+        ("ZMESH_LOCAL_COPY=0", sys.executable, {"ZMESH_LOCAL_COPY": "0"}),
     ]
-    if main_python:
-        variants.append(("main", main_python, {}))
     out: dict[str, Any] = {}
     for _ in range(sittings):
         for name, python, extra in variants:
@@ -278,11 +280,14 @@ def run_mesh(size: int, rounds: int, sittings: int,
                                   capture_output=True, text=True, env=env, timeout=900,
                                   cwd=os.path.dirname(os.path.abspath(__file__)))
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            if proc.returncode or not lines:
-                raise RuntimeError(f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}")
-            got = json.loads(lines[-1])
             row = out.setdefault(name, {"s": [], "cpu_s": [], "local_copies": 0,
-                                        "bytes_received": 0})
+                                        "bytes_received": 0, "failed": []})
+            if proc.returncode or not lines:  # kept and shown: a sitting that failed
+                why = proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+                row["failed"].append(why[0][:300])
+                print(f"  {name}: a sitting failed: {why[0][:300]}", file=sys.stderr)
+                continue
+            got = json.loads(lines[-1])
             row["s"] += got["s"]
             row["cpu_s"] += got["cpu_s"]
             row["local_copies"] += got["local_copies"]
@@ -297,8 +302,12 @@ def report(title: str, size: int, rows: dict[str, Any], base: str) -> None:
     gb = size / 1e9
     print(f"\n{title}: {size / MiB:.0f} MiB object")
     print(f"  {'variant':34} {'median s':>9} {'GB/s':>7} {'core-s/GB':>10} {'vs ' + base:>12}")
-    base_s = statistics.median(rows[base]["s"]) if base in rows else None
+    base_s = statistics.median(rows[base]["s"]) if rows.get(base, {}).get("s") else None
     for name, row in rows.items():
+        for why in row.get("failed", ()):
+            print(f"  {name:34} FAILED sitting: {why}")
+        if not row["s"]:
+            continue
         s = statistics.median(row["s"])
         cpu = statistics.median(row["cpu_s"]) / gb
         ratio = f"{base_s / s:10.2f}x" if base_s else ""
@@ -316,7 +325,7 @@ def main() -> None:
     p.add_argument("--sittings", type=int, default=2,
                    help="mesh: clusters per variant, interleaved")
     p.add_argument("--only", choices=["pair", "mesh"])
-    p.add_argument("--main-python", help="mesh: also run this interpreter's zmesh ('main')")
+    p.add_argument("--before-tree", help="mesh: also run the zmesh checkout in this directory")
     p.add_argument("--json", help="write the raw figures here")
     p.add_argument("--serve-pair", nargs=3, help=argparse.SUPPRESS)
     p.add_argument("--mesh-child", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -339,10 +348,10 @@ def main() -> None:
             report("pair (transfer halves, loopback tcp)", size, rows,
                    "curve=on local=off")
         if a.only in (None, "mesh"):
-            rows = run_mesh(size, rounds, sittings, a.main_python)
+            rows = run_mesh(size, rounds, sittings, a.before_tree)
             results[f"mesh-{mib}MiB"] = rows
             report("mesh (2-node Cluster, driver get on the head)", size, rows,
-                   "main" if a.main_python else "branch, ZMESH_LOCAL_COPY=0")
+                   "before" if a.before_tree else "ZMESH_LOCAL_COPY=0")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
