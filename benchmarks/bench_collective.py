@@ -52,7 +52,7 @@ import zmesh
 import zmesh.collective as col
 
 SIZES_MB = [1, 4, 16, 64]
-COLUMNS = ("raw", "api", "pg")
+COLUMNS: tuple[str, ...] = ("raw", "api", "pg")  # --aa adds "raw2", a second plain pair
 GROUP = "bench"
 KINDS = ("caller", "gloo", "main", "watchdog", "py", "native")
 # One block of one column in one process: its collectives' times, its CPU seconds per
@@ -332,7 +332,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def measure(op: str, nbytes: int, blocks: int, reps: int, raw: Raw, members: list[Any],
+def measure(op: str, nbytes: int, blocks: int, reps: int, raw: dict[str, Raw], members: list[Any],
             node: list[int], pinned: bool) -> Sample:
     """`blocks` blocks of every column, interleaved, the order rotating."""
     s = Sample()
@@ -340,8 +340,8 @@ def measure(op: str, nbytes: int, blocks: int, reps: int, raw: Raw, members: lis
         k = block % len(COLUMNS)
         for column in COLUMNS[k:] + COLUMNS[:k]:
             n0, d0 = proc_cpu_s(node), proc_cpu_s([os.getpid()])
-            if column == "raw":
-                both = raw.run(op, nbytes, reps, pinned)
+            if column in raw:
+                both = raw[column].run(op, nbytes, reps, pinned)
             else:
                 both = zmesh.get([m.run.remote(column, op, nbytes, reps, r if pinned else -1)
                                   for r, m in enumerate(members)])
@@ -368,6 +368,10 @@ def report(op: str, nbytes: int, s: Sample, load: tuple[float, float]) -> None:
           f"{s.cpu_ms('raw'):7.2f} {s.cpu_ms('api'):7.2f} {s.cpu_ms('pg'):7.2f} "
           f"{s.cpu_ms('api') / s.cpu_ms('raw'):5.2f}x | {load[0]:.1f}-{load[1]:.1f}",
           flush=True)
+    if "raw2" in s.blocks:
+        print(f"{'':>9} {'A/A':>6} | raw2 p10/p50 {s.p('raw2', .1):7.2f} {s.p('raw2', .5):7.2f} "
+              f"| raw2/raw {spread(s.ratios('raw2', 'raw'))} | CPU raw2 "
+              f"{s.cpu_ms('raw2'):7.2f} {s.cpu_ms('raw2') / s.cpu_ms('raw'):5.2f}x", flush=True)
 
 
 def report_threads(op: str, nbytes: int, s: Sample) -> None:
@@ -414,6 +418,12 @@ def summarize(paths: list[str]) -> None:
         print(f"{op:>9} {fmt_size(nbytes):>6} | {quart(api_raw)} ({len(api_raw):3d}) | "
               f"{per_run:>20} | {quart(ratios('pg', 'raw'))} | {quart(ratios('api', 'pg'))} | "
               f"{p10:6.2f}x | {cpu:6.2f}x | {min(loads):.1f}-{max(loads):.1f}")
+        if all("raw2" in r for r in recs):  # --aa runs: two identical plain pairs
+            aa = ratios("raw2", "raw")
+            aa_runs = " ".join(f"{statistics.median(ratios('raw2', 'raw', [r])):4.2f}"
+                               for r in recs)
+            print(f"{'':>9} {'A/A':>6} | {quart(aa)} ({len(aa):3d}) | {aa_runs:>20} | "
+                  f"raw2/raw: a second pair of plain processes vs the first")
 
 
 def main() -> None:
@@ -427,6 +437,9 @@ def main() -> None:
     parser.add_argument("--wrapper", action="store_true", help="the API's cost per call alone")
     parser.add_argument("--pin", action="store_true",
                         help="rank r's process (raw and zmesh alike) on CPU r, every thread")
+    parser.add_argument("--aa", action="store_true",
+                        help="a second pair of plain processes as a 4th column (raw2): an A/A "
+                             "check of how far two identical pairs differ")
     parser.add_argument("--json", default="", help="write every block's figures to this file")
     parser.add_argument("--summarize", nargs="+", metavar="JSON",
                         help="print several runs' --json files together, run nothing")
@@ -445,12 +458,16 @@ def main() -> None:
     zmesh.init(num_cpus=4)
     members = [Member.remote() for _ in range(2)]
     col.create_collective_group(members, 2, [0, 1], backend="gloo", group_name=GROUP)
-    raw = Raw()
+    global COLUMNS
+    if args.aa:
+        COLUMNS = (*COLUMNS, "raw2")
+    raw = {c: Raw() for c in COLUMNS if c.startswith("raw")}
     try:
         run_all([int(mb * (1 << 20)) for mb in sizes_mb], ops, blocks, reps, raw, members,
                 args.threads, args.wrapper, args.json, args.pin)
     finally:
-        raw.stop()
+        for r in raw.values():
+            r.stop()
         zmesh.shutdown()
 
 
@@ -460,7 +477,7 @@ def reps_for(nbytes: int, reps: int) -> int:
     return max(reps, min(10 * reps, reps * (16 << 20) // max(nbytes, 1)))
 
 
-def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: Raw,
+def run_all(sizes: list[int], ops: list[str], blocks: int, reps: int, raw: dict[str, Raw],
             members: list[Any], threads: bool, wrapper: bool, json_path: str,
             pinned: bool) -> None:
     node = node_pids()
