@@ -296,20 +296,27 @@ def _registry(client: Any) -> dict[bytes, _Stream]:
             if reg is None:
                 reg = _registries[client] = {}
                 client.loop.on(m.GeneratorItem, lambda s, msg, b: _on_items(
-                    client, s, msg.task_id, msg.index, [msg.value], msg.worker))
+                    client, s, msg.task_id, msg.index, [msg.value], msg))
                 client.loop.on(m.GeneratorItems, lambda s, msg, b: _on_items(
-                    client, s, msg.task_id, msg.start, msg.values, msg.worker))
+                    client, s, msg.task_id, msg.start, msg.values, msg))
     return reg
 
 
 def _on_items(client: Any, sender: str, task_id: bytes, start: int, values_: list[m.Value],
-              worker: str) -> None:
+              msg: m.GeneratorItem | m.GeneratorItems) -> None:
+    worker = msg.worker or sender
     stream = _registry(client).get(task_id)
     if stream is None:  # the generator was dropped: free what the items stored
         for index, value in enumerate(values_, start):
             _free_copy(client, IdGen.object_id(task_id, index + 1), value)
-        return
-    stream.add(start, values_, worker or sender)
+    else:
+        stream.add(start, values_, worker)
+    # refs inside the items: held while each item lives (refused if it is gone already)
+    if msg.lent:
+        client.lending.take_lent(worker, task_id, msg.lent, None)
+    if msg.contained:
+        items = [IdGen.object_id(task_id, i + 1) for i in range(start, start + len(values_))]
+        client.hold_returned(worker, items, msg.contained)
 
 
 def _free_copy(client: Any, oid: bytes, value: m.Value) -> None:

@@ -287,3 +287,24 @@ def test_a_ref_inside_a_raised_exception_is_handed_over_like_a_returned_one(ray)
         del inner
         assert all_freed(before), stored()
     ray.kill(failer)
+
+
+def test_refs_a_generator_yields_are_handed_over_item_by_item(ray):
+    # before, the worker kept every ref an item held for good (the objects stayed stored)
+    @ray.remote
+    def gen(box):
+        yield box[0]  # borrowed from the driver
+        yield [box[0]]
+        yield [ray.put(np.full(2 << 20, 13, dtype=np.uint8))]  # the worker's own
+
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(12))
+    items = [ray.get(r, timeout=60) for r in gen.remote([ref])]
+    del ref
+    gc.collect()
+    assert int(ray.get(items[0], timeout=60)[0]) == 12
+    assert int(ray.get(items[1][0], timeout=60)[0]) == 12
+    assert int(ray.get(items[2][0], timeout=60)[0]) == 13
+    del items
+    assert all_freed(before), stored()

@@ -475,6 +475,8 @@ class GeneratorItem(Message, tag=77):
     index: int
     value: Value
     worker: str = ""
+    lent: list[Lent] = []  # refs to others' objects inside (Lent.index: the item's index)
+    contained: list[bytes] = []  # the worker's objects inside; the owner borrows them
 
 
 class GeneratorItems(Message, tag=79):
@@ -485,6 +487,8 @@ class GeneratorItems(Message, tag=79):
     start: int
     values: list[Value]
     worker: str = ""
+    lent: list[Lent] = []  # as GeneratorItem's
+    contained: list[bytes] = []
 
 
 class GeneratorAck(Message, tag=78):

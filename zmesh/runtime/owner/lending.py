@@ -54,23 +54,30 @@ class Lending:
         loop.on(m.LendSettled, self._on_settled)
 
     # -- the worker: before its result goes ------------------------------------------------
-    def lend(self, task_id: bytes, attempt: int, lent: Sequence[m.Lent], caller: str) -> None:
+    def lend(self, task_id: bytes, attempt: int, lent: Sequence[m.Lent], caller: str,
+             token: bytes | None = None) -> None:
         """Keep the refs in `lent` until their owners say the caller took them over (any
         thread; while the result still holds them, before it is sent)."""
         ids = tuple(x.object_id for x in lent)  # (a Lend has no actions)
-        self.client.objects.handle(Lend(lend_token(task_id, attempt), ids, caller))
+        self.client.objects.handle(Lend(token or lend_token(task_id, attempt), ids, caller))
 
     # -- the caller: a result came (loop thread) --------------------------------------------
     def take(self, sender: str, msg: m.TaskResult) -> None:
         """Hold the refs in the result's returns while each return lives; hand over (or
         refuse) the ones the sender lent us."""
+        self.take_lent(sender, msg.task_id, msg.lent, lend_token(msg.task_id, msg.attempt))
+
+    def take_lent(self, sender: str, task_id: bytes, lent: Sequence[m.Lent],
+                  token: bytes | None) -> None:
+        """`take` for the refs in `lent` (token None: one lend per return, a generator's
+        items' way)."""
         groups: dict[tuple[int, str], list[bytes]] = {}
-        for x in msg.lent:
+        for x in lent:
             groups.setdefault((x.index, x.owner), []).append(x.object_id)
-        token = lend_token(msg.task_id, msg.attempt)
         for (index, owner), ids in groups.items():
+            outer = IdGen.object_id(task_id, index)
             self.carry(self.client.objects.handle(TakeReturned(
-                IdGen.object_id(msg.task_id, index), tuple(ids), owner, sender, token)))
+                outer, tuple(ids), owner, sender, outer if token is None else token)))
 
     # -- the owner, and the lender's release (loop thread) --------------------------------
     def _on_hand_off(self, sender: str, msg: m.HandOffBorrow, bufs: list[Any]) -> None:

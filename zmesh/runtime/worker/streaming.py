@@ -106,17 +106,34 @@ class _Sender:
         self.count = 0  # items handed to the buffer
         self._lock = threading.Lock()
         self._buffer: list[m.Value] = []
+        self._lent: list[m.Lent] = []  # refs inside the buffered items (see owner/lending.py)
+        self._contained: list[bytes] = []
         self._start = 0  # index of the buffer's first item
         self._last_send = 0.0
         self._timer = False
 
     def item(self, obj: Any) -> None:
         with self.shield():
-            value, nested = self.client.encode(obj, IdGen.object_id(self.task_id,
-                                                                    self.count + 1))
-            if nested:  # the owner may hand these refs on: keep them for whoever receives them
-                self.client.objects.mark_escaped([r.id for r in nested])
+            oid = IdGen.object_id(self.task_id, self.count + 1)
+            value, nested = self.client.encode(obj, oid)
+            if nested:  # the owner holds them while the item lives: handed over to it
+                self._hand_over(oid, nested)
             self._add(value)
+
+    def _hand_over(self, oid: bytes, nested: list[Any]) -> None:
+        """Ours the owner borrows from us; others' we lend it (one lend per item) until it
+        took them over; both are listed with the item when it goes."""
+        me = self.client.address
+        mine = [r.id for r in nested if r.owner == me]
+        if mine:
+            self.client.objects.add_borrower(mine, self.owner)
+        lent = [m.Lent(index=self.count + 1, object_id=r.id, owner=r.owner)
+                for r in nested if r.owner != me]
+        if lent:
+            self.client.lending.lend(self.task_id, 0, lent, self.owner, token=oid)
+        with self._lock:
+            self._contained.extend(mine)
+            self._lent.extend(lent)
 
     def value(self, value: m.Value) -> None:
         """The last item: the error that ended the generator."""
@@ -149,16 +166,19 @@ class _Sender:
     def flush(self, on_loop: bool = False) -> None:
         with self._lock:
             values, self._buffer = self._buffer, []
+            lent, self._lent = self._lent, []
+            contained, self._contained = self._contained, []
             start = self._start
             self._last_send = time.monotonic()
         if not values:
             return
         if len(values) == 1:
             msg: Any = m.GeneratorItem(task_id=self.task_id, index=start, value=values[0],
-                                       worker=self.client.address)
+                                       worker=self.client.address, lent=lent,
+                                       contained=contained)
         else:
             msg = m.GeneratorItems(task_id=self.task_id, start=start, values=values,
-                                   worker=self.client.address)
+                                   worker=self.client.address, lent=lent, contained=contained)
         if on_loop:
             self.client.loop.send(self.owner, msg)
         else:
