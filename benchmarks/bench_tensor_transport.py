@@ -27,7 +27,7 @@ req/reply. Both are printed. Raw p2p's CPU includes its barrier per transfer.
 
 At dispatch (the weight-sync pattern, `consumer.load.remote(ref)`): "call" times the driver's
 dispatch of `consumer.stamp.remote(plain_ref)` (a small put object) to the start of the
-method in the consumer; "push" the same call with the transport's ref, to the start of the
+method in the consumer; "push" the same call with a new transport ref, to the start of the
 method, i.e. once the tensor was received while the call's arguments were read (pushed by
 the producer at dispatch where the runtime does so, else pulled then). Their difference is
 what the tensor adds to the call, set against raw p2p. One clock (perf_counter,
@@ -111,14 +111,18 @@ class Consumer:
         return _cpu()
 
 
-def dispatch(consumer: Any, producer: Any, ref: Any, reps: int) -> Result:
+def dispatch(consumer: Any, producer: Any, make: Any, reps: int) -> Result:
     """Times from the driver's dispatch of `consumer.stamp.remote(ref)` to the argument
     being usable in the consumer (perf_counter is CLOCK_MONOTONIC: one clock for every
-    process here), and the CPU seconds per call of the consumer and the producer (both
-    include the stamp calls' own cost; the driver's is not counted)."""
+    process here), a new ref each time (`make()`, made and ready before the clock starts:
+    as in a weight sync, no read finds the tensors of an earlier call's ref), and the CPU
+    seconds per call of the consumer and the producer (both include the stamp calls' own
+    cost and the making of the refs; the driver's is not counted)."""
+    refs = [make() for _ in range(reps)]
+    zmesh.wait(refs, num_returns=reps)
     cpu0 = zmesh.get([consumer.cpu.remote(), producer.cpu.remote()])
     times = []
-    for _ in range(reps):
+    for ref in refs:
         start = time.perf_counter()
         times.append(zmesh.get(consumer.stamp.remote(ref)) - start)
     cpu1 = zmesh.get([consumer.cpu.remote(), producer.cpu.remote()])
@@ -264,17 +268,17 @@ def measure(nbytes: int, blocks: int, reps: int, raw: Raw, producer: Any, consum
             members: list[Any]) -> Cells:
     """One size: `blocks` blocks of every column, interleaved, the order rotating."""
     cells = Cells()
-    refs = {"store": producer.make.remote(nbytes), "tt": producer.make_kept.remote(nbytes),
-            "plain": zmesh.put(0)}
-    zmesh.wait(list(refs.values()), num_returns=3)
-    dispatch(consumer, producer, refs["tt"], 2)  # the pair (made by a first read) is warm
+    refs = {"store": producer.make.remote(nbytes), "tt": producer.make_kept.remote(nbytes)}
+    zmesh.wait(list(refs.values()), num_returns=2)
+    plain, kept = (lambda: zmesh.put(0)), (lambda: producer.make_kept.remote(nbytes))
+    dispatch(consumer, producer, kept, 2)  # the pair (made by a first read) is warm
     run = {
         "p2p": lambda: raw.run("p2p", nbytes, reps),
         "rr": lambda: raw.run("rr", nbytes, reps),
         "tt": lambda: zmesh.get(consumer.pull.remote([refs["tt"]], reps, producer)),
         "store": lambda: zmesh.get(consumer.pull.remote([refs["store"]], reps, producer)),
-        "call": lambda: dispatch(consumer, producer, refs["plain"], reps),
-        "push": lambda: dispatch(consumer, producer, refs["tt"], reps),
+        "call": lambda: dispatch(consumer, producer, plain, reps),
+        "push": lambda: dispatch(consumer, producer, kept, reps),
     }
     for block in range(blocks):
         order = COLUMNS[block % len(COLUMNS):] + COLUMNS[:block % len(COLUMNS)]

@@ -87,7 +87,7 @@ class PushIn:
     once, so the data moves while the call that reads it is still on its way), and the pushed
     transfers taken but not read yet (see zmesh.tensor_transport.push)."""
 
-    def __init__(self, group: Any, watch: bool = True) -> None:
+    def __init__(self, group: Any) -> None:
         import torch
 
         self.group = group
@@ -96,47 +96,40 @@ class PushIn:
         self.lock = threading.Lock()  # the fields below; push receives posted in header order
         self.waiting = group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
         self.kept: OrderedDict[str, pu.Pushed] = OrderedDict()  # by key, oldest first
-        self.watcher: threading.Thread | None = None
-        if watch:
-            self.watcher = threading.Thread(target=self._watch, daemon=True,
-                                            name="tensor-push-in")
-            self.watcher.start()
+        self.watcher = threading.Thread(target=self._watch, daemon=True, name="tensor-push-in")
+        self.watcher.start()
 
     def _watch(self) -> None:
         while True:
             try:
                 self.waiting.wait(p.IDLE_WAIT)
                 with self.lock:
-                    self._take_header(waited=True)
+                    if not self._take_header():
+                        return
             except Exception:  # noqa: BLE001 - the pair broke (the producer went away)
                 return
 
-    def _take_header(self, waited: bool = False) -> None:
-        """The header that came in: post its tensors' receives (into warm blocks), the next
-        header's receive, and keep the transfer for its read (the lock held). A receive's
-        work is waited on once (a second wait on gloo's waits for another message)."""
+    def _take_header(self) -> bool:
+        """The header that came in (its receive waited on): post its tensors' receives (into
+        warm blocks), the next header's receive, and keep the transfer for its read (the lock
+        held). False for the last header (see _end_pushes), or one that makes no sense."""
         import torch
 
-        if not waited:
-            self.waiting.wait()
         key, count, sizes = p.decode_request(self.header_host)
         if not 0 <= count <= len(sizes):
-            raise TensorTransportError(f"a bad push header (count {count})")
+            return False
         sizes = sizes[:count]
         self.header_host[-1] = 0
         out = [POOL.empty([n], torch.uint8) for n in sizes]
         works = [self.group.recv([t], 0, pu.TAG_PUSH_FIRST + i) for i, t in enumerate(out)]
         self.waiting = self.group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
         self._keep(pu.Pushed(key, sizes, out, works))
+        return True
 
     def take(self, key: str, sizes: list[int], metas: list[tuple[list[int], str]],
              dtypes: list[Any]) -> pu.Pushed | None:
-        """The pushed transfer of `key` (receives posted, maybe not complete), or None. With
-        no watching thread, first take every header that has come in, in order."""
+        """The pushed transfer of `key` (receives posted, maybe not complete), or None."""
         with self.lock:
-            if self.watcher is None:
-                while self.header_host[-1] == 1:  # its last byte is in: the wait is short
-                    self._take_header()
             kept = self.kept.get(key)
             if kept is None or kept.sizes != sizes:
                 return None
@@ -211,15 +204,32 @@ def _pair_for(address: str, backend: str) -> _Pair:
             del _making[key]
         making.set()
         raise
+    dropped = None
     with _pairs_lock:
         del _making[key]
         if len(_pairs) >= MAX_PAIRS:  # drop the least recently used one not in a transfer
             idle = next((k for k, v in _pairs.items() if not v.lock.locked()), None)
             if idle is not None:
-                del _pairs[idle]
+                dropped = (idle[0], _pairs.pop(idle))
         _pairs[key] = pair
     making.set()
+    if dropped is not None and dropped[1].push is not None:
+        _end_pushes(dropped[0])
     return pair
+
+
+def _end_pushes(address: str) -> None:
+    """A dropped pair's thread waits for the next push header (and so keeps the pair open):
+    ask its producer for a last header that ends it (then the pair closes, on both sides)."""
+    from zmesh.protocol.messages import runtime as m
+    from zmesh.runtime import context
+
+    client = context.current_client()
+    arg = msgspec.msgpack.encode(["", client.address])
+    try:
+        client.loop.send_threadsafe(address, m.Query(request_id=0, what="tensor_push", arg=arg))
+    except Exception:  # noqa: BLE001 - a producer gone already closed the pair
+        pass
 
 
 def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str]],

@@ -57,6 +57,7 @@ with more, each read's push would queue behind the unread ones and come in too l
 MAX_KEPT = 4  # pushed transfers a consumer keeps for a later read, per pair
 PUSH_KEEP_S = 30.0  # ... and for at most this long (checked at its next read on the pair)
 _MARK = struct.Struct("<H")
+_LAST = struct.Struct(f"<{p.KEY_BYTES}sq")  # the last header: no key, count -1
 
 
 def marker(key: str, address: str) -> bytes:
@@ -154,6 +155,11 @@ class PushLanes:
             del self._lanes[consumer]
         _close(lane)
 
+    def count(self) -> int:
+        """Pairs open to pushes (for tests and tools)."""
+        with self._lock:
+            return len(self._lanes)
+
     def count_armed(self, consumer: str) -> int:
         with self._lock:
             lane = self._lanes.get(consumer)
@@ -168,9 +174,32 @@ class PushLanes:
             key, consumer = msgspec.msgpack.decode(msg.arg, type=tuple[str, str])
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
-        if not self.push(key, consumer):
+        if not key:
+            self.end(consumer)
+        elif not self.push(key, consumer):
             self.declined += 1
         return None
+
+    def end(self, consumer: str) -> None:
+        """The consumer dropped its pair: send the header that ends its thread there."""
+        import torch
+
+        with self._lock:
+            lane = self._lanes.get(consumer)
+        if lane is None:
+            return
+        header = torch.zeros(HEADER_BYTES, dtype=torch.uint8)
+        raw: Any = header.numpy()
+        _LAST.pack_into(raw, 0, b"".ljust(p.KEY_BYTES), -1)
+        with lane.cond:
+            if lane.closed:
+                return
+            try:
+                lane.armed.append([lane.group.send([header], 1, TAG_PUSH_HEADER)])
+            except Exception:  # noqa: BLE001 - the pair broke already
+                return
+            lane.cond.notify()
+            self._reaper(lane)
 
     def push(self, key: str, consumer: str, limit: int = MAX_ARMED) -> bool:
         """Post the push of `key` to `consumer`'s pair; False when it cannot be made."""
@@ -199,12 +228,16 @@ class PushLanes:
                 return False
             lane.armed.append(works)
             lane.cond.notify()
-            if lane.reaper is None:
-                lane.reaper = threading.Thread(target=_reap, args=(lane,), daemon=True,
-                                               name=f"tensor-push-{lane.pair_id[:8]}")
-                lane.reaper.start()
+            self._reaper(lane)
         self.pushed += 1
         return True
+
+    @staticmethod
+    def _reaper(lane: _Lane) -> None:
+        if lane.reaper is None:
+            lane.reaper = threading.Thread(target=_reap, args=(lane,), daemon=True,
+                                           name=f"tensor-push-{lane.pair_id[:8]}")
+            lane.reaper.start()
 
 
 def _close(lane: _Lane) -> None:

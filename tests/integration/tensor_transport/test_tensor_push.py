@@ -42,6 +42,11 @@ class Producer:
 
         return LANES.count_armed(consumer)
 
+    def lanes(self) -> int:
+        from zmesh.tensor_transport.push import LANES
+
+        return LANES.count()
+
     def counts(self) -> tuple[int, int]:
         from zmesh.tensor_transport.push import LANES
 
@@ -193,3 +198,33 @@ def test_the_same_ref_to_several_consumers(ray):
     for _ in range(3):
         assert ray.get([a.load.remote(ref), b.load.remote(ref)], timeout=120) == \
             [value(3.0)] * 2
+
+
+@zmesh.remote
+class FewPairs:
+    """A consumer that keeps one pair at most (MAX_PAIRS is 32)."""
+
+    def __init__(self) -> None:
+        from zmesh.tensor_transport import consumer
+
+        consumer.MAX_PAIRS = 1
+
+    def load(self, d) -> float:
+        return float(d["w"].sum()) + float(d["parts"][0].sum())
+
+    def push_threads(self) -> int:
+        import threading
+
+        return sum(t.name == "tensor-push-in" for t in threading.enumerate())
+
+
+def test_a_dropped_pair_ends_its_push_thread_and_the_producers_side(ray):
+    a, b, c = Producer.remote(), Producer.remote(), FewPairs.remote()
+    assert ray.get(c.load.remote(a.weights.remote(1.0)), timeout=120) == value(1.0)
+    assert ray.get(c.push_threads.remote()) == 1 and ray.get(a.lanes.remote()) == 1
+    # a pair with b drops the one with a: a sends the header that ends its thread, and both
+    # sides of that pair close
+    assert ray.get(c.load.remote(b.weights.remote(2.0)), timeout=120) == value(2.0)
+    assert wait_until(lambda: ray.get(a.lanes.remote()) == 0, timeout=60)
+    assert wait_until(lambda: ray.get(c.push_threads.remote()) == 1, timeout=60)
+    assert ray.get(c.load.remote(a.weights.remote(3.0)), timeout=120) == value(3.0)
