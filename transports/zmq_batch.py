@@ -4,8 +4,8 @@ Over CURVE, libzmq encrypts every frame on its own (one crypto_box plus allocati
 copies in its I/O thread), so a stream of 100 B messages pays that per message. An endpoint
 that coalesces (`ZmqEndpoint(coalesce=True)`; the runtime's event loop turns it on) sends the
 first small message to a peer at once, and holds the small messages that follow it to the
-same peer until its owner next receives (when nothing more is waiting, or after
-`TURN_RECVS` receives), flushes, disconnects or closes, or the batch reaches `MAX_BATCH`
+same peer until its owner next receives (unless it is handing out a received batch, for
+up to `TURN_RECVS` messages), flushes, disconnects or closes, or the batch reaches `MAX_BATCH`
 messages or `MAX_BATCH_BYTES` bytes; a large or multi-frame-large message flushes the
 peer's batch before it goes, so order per peer is kept exactly. A lone message never waits.
 
@@ -46,8 +46,8 @@ MAX_BATCH = 256
 """A peer's batch is sent once it holds this many messages."""
 MAX_BATCH_BYTES = 64 * 1024
 """... or this many bytes (or the endpoint's max_frame_size, if smaller)."""
-TURN_RECVS = 32
-"""Receives a coalescing endpoint makes, with messages still waiting, before it flushes."""
+TURN_RECVS = 256
+"""Receives of a received batch's messages a coalescing endpoint makes before it flushes."""
 MAX_FRAMES = 65536
 """Frames one inbound batch may hold; more is malformed."""
 _MORE = 0x80000000

@@ -3,8 +3,8 @@ batches, and handing out the messages of batches received (format: `zmq_batch`).
 
 What is held and when it goes: the first small message to a peer since the last flush goes
 at once (a lone message never waits); the small ones after it are held, and sent as one
-frame when the endpoint next receives and nothing more waits (or after `TURN_RECVS`
-receives), on `flush`, `disconnect` or `close`, when the batch reaches `MAX_BATCH`
+frame when the endpoint next receives (unless that receive returns the next message of a
+batch received, up to `TURN_RECVS` times), on `flush`, `disconnect` or `close`, when the batch reaches `MAX_BATCH`
 messages or `MAX_BATCH_BYTES` bytes, or before a large message to that peer (order per
 peer is kept exactly). Threads' senders (`zmq_thread_sender`) never hold anything.
 """
@@ -32,10 +32,7 @@ FRESH = zmq_batch.Batch()
 _COALESCED = ("tcp://", "ipc://")  # where `coalesce` batches (benchmarks/results/stop21)
 _NOBLOCK = zmq.NOBLOCK
 _SNDMORE = zmq.NOBLOCK | zmq.SNDMORE
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
 _send: Callable[..., Any] = zmq.backend.Socket.send
-_getsockopt: Callable[..., Any] = zmq.backend.Socket.get
 
 
 class Coalescing:
@@ -148,11 +145,13 @@ class Coalescing:
         return self._coalesce and to.startswith(_COALESCED)
 
     def _end_turn(self) -> None:
-        """Before a receive: flush the batches unless more inbound messages wait (then
-        their answers may join them), for at most TURN_RECVS receives."""
-        if self._turn_recvs < zmq_batch.TURN_RECVS and (
-                self._inbox or (not self._closed
-                                and _getsockopt(self._router, _EVENTS) & _POLLIN)):
+        """Before a receive: flush the batches, unless the receive returns the next message
+        of a batch already here (its answers may join them; at most TURN_RECVS times).
+
+        Why not also while messages wait on the socket: a peer waiting for our answer (a
+        synchronous call) sent one message, and its answer would wait behind whatever else
+        is queued. A batch comes from a peer that pipelines, and it is all here already."""
+        if self._inbox and self._turn_recvs < zmq_batch.TURN_RECVS:
             self._turn_recvs += 1
             return
         self.flush()

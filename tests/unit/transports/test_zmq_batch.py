@@ -207,21 +207,41 @@ def test_each_flush_trigger_sends_what_is_held(
         assert _arrived(receiver, 0.3) == []  # nothing else came
 
 
-def test_a_receive_with_messages_waiting_keeps_holding_for_a_while(
+def test_answers_to_a_received_batch_are_held_until_the_batch_is_handed_out(
         pair: tuple[ZmqEndpoint, ZmqEndpoint]) -> None:
     sender, receiver = pair
-    # messages wait at the sender: its receives let the answers pile up, a bounded number
-    for i in range(zb.TURN_RECVS + 5):
-        receiver.send(sender.address, [b"q%d" % i])
+    receiver.coalesce = True  # so that its questions come as a batch
+    n = 40
+    receiver.send(sender.address, [b"q first"])  # (alone)
+    for i in range(n):
+        receiver.send(sender.address, [b"q%d" % i])  # these go as one batch
     receiver.flush()
-    sender.send(receiver.address, [b"first"])
-    assert receiver.recv(30) is not None
-    for i in range(zb.TURN_RECVS + 5):
-        assert sender.recv(30) is not None
+    assert sender.recv(30) == (receiver.address, [b"q first"])
+    sender.send(receiver.address, [b"a first"])  # the first answer goes at once
+    assert receiver.recv(30) == (sender.address, [b"a first"])
+    for i in range(n):
+        item = sender.recv(30)
+        assert item == (receiver.address, [b"q%d" % i])
+        # the first answer of this turn goes at once, the rest wait for the batch to be out
         sender.send(receiver.address, [b"a%d" % i])
-    assert sender.recv(0.2) is None  # nothing waits now: everything held goes
-    got = [f[0] for _, f in _take(receiver, zb.TURN_RECVS + 5)]
-    assert got == [b"a%d" % i for i in range(zb.TURN_RECVS + 5)]
+        if i == 1:
+            assert _arrived(receiver, 0.3) == [b"a0"]
+    assert sender.recv(0.2) is None  # the batch is out: what was held goes
+    got = [f[0] for _, f in _take(receiver, n - 1)]
+    assert got == [b"a%d" % i for i in range(1, n)]
+    assert sender.batches_sent >= 1
+
+
+def test_a_synchronous_peer_is_never_kept_waiting(pair: tuple[ZmqEndpoint, ZmqEndpoint]) -> None:
+    """Requests that wait on the socket do not keep answers held: each answer goes before
+    the server's next receive (here both ends in one thread, which deadlocks otherwise)."""
+    client, server = pair
+    server.coalesce = True
+    for i in range(200):
+        client.send(server.address, [b"r%d" % i])
+        peer, frames = server.recv(30) or ("", [])
+        server.send(peer, frames)
+        assert client.recv(30) == (server.address, [b"r%d" % i])
 
 
 def test_an_endpoint_that_does_not_coalesce_sends_each_message_alone() -> None:
