@@ -4,9 +4,9 @@ batches, and handing out the messages of batches received (format: `zmq_batch`).
 What is held and when it goes: the first small message to a peer since the last flush goes
 at once (a lone message never waits); the small ones after it are held, and sent as one
 frame when the endpoint next receives (unless that receive returns the next message of a
-batch received, up to `TURN_RECVS` times), on `flush`, `disconnect` or `close`, when the batch reaches `MAX_BATCH`
-messages or `MAX_BATCH_BYTES` bytes, or before a large message to that peer (order per
-peer is kept exactly). Threads' senders (`zmq_thread_sender`) never hold anything.
+batch received, up to `TURN_RECVS` times), on `flush`, `disconnect` or `close`, when the
+batch reaches `MAX_BATCH` messages or `MAX_BATCH_BYTES` bytes, or before a large message
+to that peer (order per peer is kept exactly). Threads' senders (`zmq_thread_sender`) never hold anything.
 """
 
 from __future__ import annotations
