@@ -153,6 +153,11 @@ class SimMesh:
                     object_store_memory=self.object_store_memory, loop=loop,
                     make_pool=make_pool, rng=self.kernel.rng,
                     store_root=os.path.join(self._session, "stores"))
+        if (self.seed + int(name[1:])) % 2:
+            # Every simulated node shares one machine, so all pulls would copy store files
+            # (same-host copies); half the nodes, by seed, pull in chunks through the faulty
+            # network instead, so both paths meet the faults.
+            node.objects.transfer.local_root = None
         proc.on_kill.append(lambda: self._node_cleanup(node))
         self.processes.append(proc)
         return SimNode(name, proc, node, pools[0])
