@@ -117,7 +117,7 @@ def dispatch(consumer: Any, producer: Any, make: Any, reps: int) -> Result:
     process here), a new ref each time (`make()`, made and ready before the clock starts:
     as in a weight sync, no read finds the tensors of an earlier call's ref), and the CPU
     seconds per call of the consumer and the producer (both include the stamp calls' own
-    cost and the making of the refs; the driver's is not counted)."""
+    cost, not the making of the refs; the driver's is not counted)."""
     refs = [make() for _ in range(reps)]
     zmesh.wait(refs, num_returns=reps)
     cpu0 = zmesh.get([consumer.cpu.remote(), producer.cpu.remote()])

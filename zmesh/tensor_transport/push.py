@@ -29,6 +29,7 @@ when the next one comes in, or `empty_cache()`; the producer lets each go once r
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
@@ -42,6 +43,12 @@ from zmesh.tensor_transport import producer as p
 MAGIC = b"\xffzmTTp1"
 """Starts the push marker inside a descriptor's pickled value: MAGIC, the key (KEY_BYTES),
 the producer's address length (2 bytes, little-endian) and the address."""
+ENABLED = os.environ.get("ZMESH_TENSOR_PUSH", "0") == "1"
+"""Whether callers order pushes (ZMESH_TENSOR_PUSH=1 in the caller's environment). Off by
+default: measured (benchmarks/results/stop21/tensor_push.md), the push loses the race with
+the call it goes with in most reads on a loaded host, and the consumer, not knowing a push
+was ordered, pulls and then receives the push too (twice the bytes and CPU). The producer
+and consumer sides are always on (they cost an idle thread per pair)."""
 SCAN_LIMIT = 4096  # values larger than this are not searched for a marker (descriptors: ~500 B)
 TAG_PUSH_HEADER = 1 << 24  # above every pull tag (TAG_FIRST_TENSOR + MAX_TENSORS)
 TAG_PUSH_FIRST = TAG_PUSH_HEADER + 1
@@ -68,7 +75,9 @@ def marker(key: str, address: str) -> bytes:
 def scan(values: list[Any]) -> list[tuple[str, str]]:
     """(key, producer address) of each tensor-transport descriptor among a call's resolved
     top-level argument values (inline ones, up to SCAN_LIMIT bytes)."""
-    found = []
+    found: list[tuple[str, str]] = []
+    if not ENABLED:
+        return found
     for value in values:
         data = getattr(value, "data", b"")
         if not data or len(data) > SCAN_LIMIT or getattr(value, "is_error", False):

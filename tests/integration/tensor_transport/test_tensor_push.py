@@ -13,6 +13,14 @@ import zmesh
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture(autouse=True)
+def _pushes_on(monkeypatch):
+    """This process (the driver, the caller here) orders pushes (off by default)."""
+    from zmesh.tensor_transport import push
+
+    monkeypatch.setattr(push, "ENABLED", True)
+
+
 @zmesh.remote
 class Producer:
     def __init__(self) -> None:
