@@ -117,12 +117,15 @@ class _Sender:
             oid = IdGen.object_id(self.task_id, self.count + 1)
             value, nested = self.client.encode(obj, oid)
             if nested:  # the owner holds them while the item lives: handed over to it
-                self._hand_over(oid, nested)
-            self._add(value)
+                self._add(value, *self._hand_over(oid, nested))
+            else:
+                self._add(value)
 
-    def _hand_over(self, oid: bytes, nested: list[Any]) -> None:
+    def _hand_over(self, oid: bytes, nested: list[Any]) -> tuple[list[bytes], list[m.Lent]]:
         """Ours the owner borrows from us; others' we lend it (one lend per item) until it
-        took them over; both are listed with the item when it goes."""
+        took them over; both are listed with the item when it goes (in `_add`, in one step
+        with it: a flush by the loop's timer in between would list them with the items
+        before it, under which the owner would hold them, or refuse them)."""
         me = self.client.address
         mine = [r.id for r in nested if r.owner == me]
         if mine:
@@ -131,21 +134,24 @@ class _Sender:
                 for r in nested if r.owner != me]
         if lent:
             self.client.lending.lend(self.task_id, 0, lent, self.owner, token=oid)
-        with self._lock:
-            self._contained.extend(mine)
-            self._lent.extend(lent)
+        return mine, lent
 
     def value(self, value: m.Value) -> None:
         """The last item: the error that ended the generator."""
         self._add(value)
         self.flush()
 
-    def _add(self, value: m.Value) -> None:
+    def _add(self, value: m.Value, contained: list[bytes] | None = None,
+             lent: list[m.Lent] | None = None) -> None:
         now = time.monotonic()
         with self._lock:
             if not self._buffer:
                 self._start = self.count
             self._buffer.append(value)
+            if contained:
+                self._contained.extend(contained)
+            if lent:
+                self._lent.extend(lent)
             self.count += 1
             full = len(self._buffer) >= BATCH_ITEMS
             stale = now - self._last_send >= BATCH_DELAY_S
