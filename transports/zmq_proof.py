@@ -360,7 +360,7 @@ def receive(ep: ZmqEndpoint, timeout: float | None) -> tuple[str, list[Buffer]] 
         wait = math.inf if due is None else max(0.0, due - now)
         if deadline is not None:
             wait = min(wait, max(0.0, deadline - now))
-        if ep._turn:  # never wait holding batches (unless a message waits: see _end_turn)
+        if ep._turn:  # never wait holding batches (see Coalescing._end_turn)
             ep._end_turn()
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
