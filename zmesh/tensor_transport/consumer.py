@@ -94,20 +94,37 @@ class PushIn:
         self.header = torch.zeros(pu.HEADER_BYTES, dtype=torch.uint8)
         self.header_host = self.header.numpy()
         self.lock = threading.Lock()  # the fields below; push receives posted in header order
+        self.came = threading.Condition(self.lock)  # a header came in (or the thread ended)
+        self.refused: OrderedDict[str, None] = OrderedDict()  # keys the producer did not push
+        self.ended = False
         self.waiting = group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
         self.kept: OrderedDict[str, pu.Pushed] = OrderedDict()  # by key, oldest first
         self.watcher = threading.Thread(target=self._watch, daemon=True, name="tensor-push-in")
         self.watcher.start()
 
     def _watch(self) -> None:
-        while True:
-            try:
+        try:
+            while True:
                 self.waiting.wait(p.IDLE_WAIT)
                 with self.lock:
                     if not self._take_header():
                         return
-            except Exception:  # noqa: BLE001 - the pair broke (the producer went away)
-                return
+                    self.came.notify_all()
+        except Exception:  # noqa: BLE001 - the pair broke (the producer went away)
+            pass
+        finally:
+            with self.lock:
+                self.ended = True
+                self.came.notify_all()
+
+    def wait_for(self, key: str) -> None:
+        """A caller ordered the push of `key` here: wait until it came in, the producer said
+        it refused it, the pair ended, or PUSH_WAIT_S passed (the push was asked for while
+        this pair was being made: the producer could not send even its refusal)."""
+        with self.lock:
+            self.came.wait_for(lambda: key in self.kept or key in self.refused or self.ended,
+                               pu.PUSH_WAIT_S)
+            self.refused.pop(key, None)
 
     def _take_header(self) -> bool:
         """The header that came in (its receive waited on): post its tensors' receives (into
@@ -116,6 +133,13 @@ class PushIn:
         import torch
 
         key, count, sizes = p.decode_request(self.header_host)
+        if count == pu.REFUSED:
+            self.header_host[-1] = 0
+            self.waiting = self.group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
+            self.refused[key] = None
+            while len(self.refused) > pu.MAX_KEPT:  # (reads that never came)
+                self.refused.popitem(last=False)
+            return True
         if not 0 <= count <= len(sizes):
             return False
         sizes = sizes[:count]
@@ -233,7 +257,7 @@ def _end_pushes(address: str) -> None:
 
 
 def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str]],
-          device: str, producer: str) -> list[Any]:
+          device: str, producer: str, pushed: bool = False) -> list[Any]:
     """The tensors kept under `key` by the producer at `address`, received into new
     buffers (on `device`; large host ones from the warm pool); TensorTransportError when the
     producer died or freed them.
@@ -248,7 +272,10 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
     if not metas:
         return []  # nothing to move: the result is all in its descriptor
     try:
+        paired = (address, backend) in _pairs  # (a push needs a pair made before)
         pair = _pair_for(address, backend)
+        if pushed and paired and pair.push is not None:
+            pair.push.wait_for(key)  # the caller ordered a push: it comes, or a refusal
         dtypes = [getattr(torch, dtype) for _, dtype in metas]
         sizes = [_numel(shape) * dt.itemsize for (shape, _), dt in zip(metas, dtypes)]
         more = p.extra_sizes(sizes)
@@ -256,9 +283,9 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             more = more.to(pair.ctl)
         with pair.lock:
             if pair.push is not None:
-                pushed = pair.push.take(key, sizes, metas, dtypes)
-                if pushed is not None:  # the producer already sent it: no request
-                    return _receive_pushed(pair, pushed, sum(sizes))
+                came = pair.push.take(key, sizes, metas, dtypes)
+                if came is not None:  # the producer already sent it: no request
+                    return _receive_pushed(pair, came, sum(sizes))
             transfer = pair.transfers
             pair.transfers += 1
             lane = transfer % len(pair.datas)  # the tensors' group, its status's slot

@@ -62,30 +62,46 @@ pulls). One, so that a push the consumer did not read in time (it pulled: the he
 in after its read began) is taken at its next read while that read's own push is refused:
 with more, each read's push would queue behind the unread ones and come in too late too."""
 MAX_KEPT = 4  # pushed transfers a consumer keeps for a later read, per pair
+PUSH_WAIT_S = 2.0
+"""How long a read of a pushed ref waits for the push (or the producer's refusal) when
+neither comes: only a push asked for while the pair was being made, or lost with a producer."""
 PUSH_KEEP_S = 30.0  # ... and for at most this long (checked at its next read on the pair)
 _MARK = struct.Struct("<H")
-_LAST = struct.Struct(f"<{p.KEY_BYTES}sq")  # the last header: no key, count -1
+_LAST = struct.Struct(f"<{p.KEY_BYTES}sq")  # a header with no tensors: key, what
+ENDED, REFUSED = -1, -2  # (in a header's count)
 
 
 def marker(key: str, address: str) -> bytes:
+    """MAGIC, a flag byte (0; a caller that ordered a push sets it to 1 in the copy it
+    sends), the key, the address's length and the address."""
     raw = address.encode()
-    return MAGIC + key.encode().ljust(p.KEY_BYTES)[:p.KEY_BYTES] + _MARK.pack(len(raw)) + raw
+    return (MAGIC + b"\x00" + key.encode().ljust(p.KEY_BYTES)[:p.KEY_BYTES]
+            + _MARK.pack(len(raw)) + raw)
 
 
-def scan(values: list[Any]) -> list[tuple[str, str]]:
-    """(key, producer address) of each tensor-transport descriptor among a call's resolved
-    top-level argument values (inline ones, up to SCAN_LIMIT bytes)."""
-    found: list[tuple[str, str]] = []
+def was_pushed(mark: bytes) -> bool:
+    """Whether the caller that sent this descriptor ordered its push to the reader."""
+    return len(mark) > len(MAGIC) and mark[len(MAGIC)] == 1
+
+
+Push = tuple[str, str, int, int]  # key, producer address, argument's index, flag's offset
+
+
+def scan(values: list[Any]) -> list[Push]:
+    """(key, producer address, index, flag offset) of each tensor-transport descriptor among
+    a call's resolved top-level argument values (inline ones, up to SCAN_LIMIT bytes)."""
+    found: list[Push] = []
     if not ENABLED:
         return found
-    for value in values:
+    for index, value in enumerate(values):
         data = getattr(value, "data", b"")
         if not data or len(data) > SCAN_LIMIT or getattr(value, "is_error", False):
             continue
         i = data.find(MAGIC)
         if i < 0:
             continue
-        at = i + len(MAGIC)
+        flag = i + len(MAGIC)
+        at = flag + 1
         key = bytes(data[at:at + p.KEY_BYTES])
         at += p.KEY_BYTES
         if len(data) < at + 2:
@@ -95,7 +111,7 @@ def scan(values: list[Any]) -> list[tuple[str, str]]:
         if len(address) != n or not key.isalnum():
             continue
         try:
-            found.append((key.decode(), address.decode()))
+            found.append((key.decode(), address.decode(), index, flag))
         except UnicodeDecodeError:
             continue
     return found
@@ -104,13 +120,15 @@ def scan(values: list[Any]) -> list[tuple[str, str]]:
 pushes_ordered = 0  # this process, as a caller (for tests and tools)
 
 
-def order(client: Any, consumer: str, pushes: list[tuple[str, str]], on_loop: bool) -> None:
+def order(client: Any, consumer: str, pushes: list[Push], on_loop: bool) -> list[Push]:
     """Ask each producer to push its key to the process at `consumer` (no reply is sent;
-    from the client's loop thread, or any thread with `on_loop` False)."""
+    from the client's loop thread, or any thread with `on_loop` False); the pushes ordered."""
     global pushes_ordered
     from zmesh.protocol.messages import runtime as m
 
-    for key, address in pushes:
+    ordered = []
+    for push in pushes:
+        key, address = push[0], push[1]
         if address == consumer or not address.startswith(("ipc://", "tcp://")):
             continue  # the consumer is the producer: it reads its own tensors
         arg = msgspec.msgpack.encode([key, consumer])
@@ -121,8 +139,26 @@ def order(client: Any, consumer: str, pushes: list[tuple[str, str]], on_loop: bo
             else:
                 client.loop.send_threadsafe(address, msg)
             pushes_ordered += 1
+            ordered.append(push)
         except Exception:  # noqa: BLE001 - best effort: the consumer pulls instead
             pass
+    return ordered
+
+
+def flagged(args: Any, ordered: list[Push]) -> Any:
+    """The call's arguments with each ordered push's flag set in its descriptor's value (the
+    same length: the pickle stays valid), so the reader waits for the push, not pulls."""
+    from zmesh.protocol.messages import runtime as m
+
+    if not ordered:
+        return args
+    refs = list(args.refs)
+    for _key, _address, index, flag in ordered:
+        value = refs[index]
+        data = bytearray(value.data)
+        data[flag] = 1
+        refs[index] = m.Value(data=bytes(data), loc=value.loc, is_error=value.is_error)
+    return m.Args(data=args.data, refs=refs)
 
 
 class _Lane:
@@ -132,6 +168,7 @@ class _Lane:
         self.pair_id = pair_id
         self.group = group
         self.armed: deque[list[Any]] = deque()  # each unreceived push's works, oldest first
+        self.notices = 0  # of them, headers with no tensors (not counted against MAX_ARMED)
         self.cond = threading.Condition()
         self.closed = False
         self.reaper: threading.Thread | None = None
@@ -175,7 +212,7 @@ class PushLanes:
         if lane is None:
             return 0
         with lane.cond:
-            return len(lane.armed)
+            return len(lane.armed) - lane.notices
 
     def on_push(self, sender: str, msg: Any) -> None:
         """A caller asks for a push (client loop thread): post it, or do nothing."""
@@ -187,10 +224,15 @@ class PushLanes:
             self.end(consumer)
         elif not self.push(key, consumer):
             self.declined += 1
+            self._notice(consumer, key, REFUSED)
         return None
 
     def end(self, consumer: str) -> None:
         """The consumer dropped its pair: send the header that ends its thread there."""
+        self._notice(consumer, "", ENDED)
+
+    def _notice(self, consumer: str, key: str, what: int) -> None:
+        """A header with no tensors: REFUSED (the reader of `key` pulls at once) or ENDED."""
         import torch
 
         with self._lock:
@@ -199,7 +241,7 @@ class PushLanes:
             return
         header = torch.zeros(HEADER_BYTES, dtype=torch.uint8)
         raw: Any = header.numpy()
-        _LAST.pack_into(raw, 0, b"".ljust(p.KEY_BYTES), -1)
+        _LAST.pack_into(raw, 0, key.encode().ljust(p.KEY_BYTES)[:p.KEY_BYTES], what)
         with lane.cond:
             if lane.closed:
                 return
@@ -207,6 +249,7 @@ class PushLanes:
                 lane.armed.append([lane.group.send([header], 1, TAG_PUSH_HEADER)])
             except Exception:  # noqa: BLE001 - the pair broke already
                 return
+            lane.notices += 1
             lane.cond.notify()
             self._reaper(lane)
 
@@ -220,14 +263,15 @@ class PushLanes:
         if lane is None or lent is None:
             return False
         tensors, sizes = lent
-        if len(tensors) > p.INLINE_SIZES or any(t.device.type != "cpu" for t in tensors):
+        if not tensors or len(tensors) > p.INLINE_SIZES or \
+                any(t.device.type != "cpu" for t in tensors):
             return False
         header = torch.zeros(HEADER_BYTES, dtype=torch.uint8)
         raw = header.numpy()
         p.encode_request(raw, key, sizes)
         raw[-1] = 1
         with lane.cond:
-            if lane.closed or len(lane.armed) >= limit:
+            if lane.closed or len(lane.armed) - lane.notices >= limit:
                 return False
             try:
                 works = [lane.group.send([header], 1, TAG_PUSH_HEADER)]
@@ -274,7 +318,9 @@ def _reap(lane: _Lane) -> None:
                 lane.armed.clear()
             return
         with lane.cond:
-            lane.armed.popleft()
+            done = lane.armed.popleft()
+            if len(done) == 1:  # a header alone: a notice (a push has its tensors' sends too)
+                lane.notices -= 1
 
 
 LANES = PushLanes()

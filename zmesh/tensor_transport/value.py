@@ -117,9 +117,11 @@ def _materialize(state: dict[str, Any]) -> Any:
         tensors = producer.KEPT.get(state["key"])
         if tensors is not None:
             return _join(state["skeleton"], tensors)
+    from zmesh.tensor_transport.push import was_pushed
+
     device = _device_here(state["backend"])
     tensors = fetch(state["address"], state["backend"], state["key"], state["metas"], device,
-                    state["producer"])
+                    state["producer"], was_pushed(state.get("push", b"")))
     return _join(state["skeleton"], tensors)
 
 

@@ -30,6 +30,10 @@ class Producer:
     def weights(self, scale: float = 1.0):
         return {"w": self.w * scale, "parts": [torch.full((3,), scale)]}
 
+    @zmesh.method(tensor_transport="gloo")
+    def many(self, n: int):
+        return [torch.full((2,), float(i)) for i in range(n)]
+
     def address(self) -> str:
         from zmesh.tensor_transport.producer import KEPT
 
@@ -70,6 +74,9 @@ class Consumer:
 
     def load(self, d) -> float:
         return float(d["w"].sum()) + float(d["parts"][0].sum())
+
+    def total(self, tensors: list) -> float:
+        return float(sum(float(t[0]) for t in tensors))
 
     def load_nested(self, refs: list) -> float:
         return self.load(zmesh.get(refs[0]))  # a read in the method: no push for it
@@ -236,3 +243,18 @@ def test_a_dropped_pair_ends_its_push_thread_and_the_producers_side(ray):
     assert wait_until(lambda: ray.get(a.lanes.remote()) == 0, timeout=60)
     assert wait_until(lambda: ray.get(c.push_threads.remote()) == 1, timeout=60)
     assert ray.get(c.load.remote(a.weights.remote(3.0)), timeout=120) == value(3.0)
+
+
+def test_a_read_waits_for_the_push_its_caller_ordered(ray):
+    # the call says the push was ordered: the read waits for it instead of pulling (a pull
+    # raced the push and then received it as well); a refused push (more than 16 tensors)
+    # is said so, and read by a pull
+    p, c, _, _ = _paired(ray)
+    asked, pushed = ray.get(c.counters.remote())
+    for i in range(5):
+        ref = p.weights.remote(float(i))
+        assert ray.get(c.load.remote(ref), timeout=120) == value(float(i))
+    assert ray.get(c.counters.remote()) == (asked, pushed + 5)
+    many = ray.get(c.total.remote(p.many.remote(20)), timeout=120)
+    assert many == float(sum(range(20)))
+    assert ray.get(c.counters.remote()) == (asked + 1, pushed + 5)

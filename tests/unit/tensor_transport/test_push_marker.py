@@ -3,7 +3,7 @@ unpickling it, and nothing in values that are not descriptors (or are malformed)
 
 from __future__ import annotations
 
-from zmesh.protocol.messages.runtime import Value
+from zmesh.protocol.messages.runtime import Args, Value
 from zmesh.runtime import values
 from zmesh.tensor_transport import push
 from zmesh.tensor_transport.value import Transported
@@ -19,8 +19,18 @@ def _packed(obj: object) -> Value:
 def test_a_descriptors_value_names_its_key_and_producer(monkeypatch):
     monkeypatch.setattr(push, "ENABLED", True)
     state = {"key": KEY, "push": push.marker(KEY, "ipc:///tmp/zmesh-x/worker-1")}
-    found = push.scan([_packed(Transported(state))])
-    assert found == [(KEY, "ipc:///tmp/zmesh-x/worker-1")]
+    value = _packed(Transported(state))
+    found = push.scan([_packed(1), value])
+    assert [f[:3] for f in found] == [(KEY, "ipc:///tmp/zmesh-x/worker-1", 1)]
+    # the caller that orders the push flags it in the copy it sends: the reader waits for it
+    args = push.flagged(Args(data=b"", refs=[_packed(1), value]), found)
+    flag = found[0][3]
+    assert value.data[flag] == 0 and args.refs[1].data[flag] == 1
+    assert len(args.refs[1].data) == len(value.data) and args.refs[0] == _packed(1)
+    mark = push.marker(KEY, "ipc:///p")
+    assert not push.was_pushed(mark)
+    assert push.was_pushed(mark[:flag - value.data.find(push.MAGIC)] + b"\x01" + mark[
+        flag - value.data.find(push.MAGIC) + 1:])
 
 
 def test_other_values_name_nothing(monkeypatch):
@@ -50,6 +60,6 @@ def test_no_push_is_ordered_to_the_producer_itself_or_to_an_odd_address():
     class _Client:
         loop = _Loop()
 
-    push.order(_Client(), "ipc:///c", [(KEY, "ipc:///c"), (KEY, "http://x"),
-                                       (KEY, "ipc:///p")], on_loop=True)
-    assert sent == ["ipc:///p"]
+    ordered = push.order(_Client(), "ipc:///c", [(KEY, "ipc:///c", 0, 9), (KEY, "http://x", 1, 9),
+                                                 (KEY, "ipc:///p", 2, 9)], on_loop=True)
+    assert sent == ["ipc:///p"] and ordered == [(KEY, "ipc:///p", 2, 9)]

@@ -126,10 +126,12 @@ class ActorCaller:
                     call = self.calls.get(action.task_id)
                     if call is None:
                         continue
-                    msg = self._message(call, action.seq)
-                    if call.pushes:  # their producers start sending to the callee now
-                        tensor_push.order(self.client, action.address, call.pushes, on_loop)
+                    if call.pushes:  # their producers start sending to the callee now,
+                        ordered = tensor_push.order(  # and it waits for them
+                            self.client, action.address, call.pushes, on_loop)
+                        call.args = tensor_push.flagged(call.args, ordered)
                         call.pushes = None
+                    msg = self._message(call, action.seq)
                     self.resends.sent(action.address, msg)
                     if not on_loop:
                         self.client.send_direct(action.address, msg)
