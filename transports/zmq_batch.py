@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from .base import Buffer
+from .base import Buffer, frame_nbytes
 
 __all__ = [
     "MAX_BATCH", "MAX_BATCH_BYTES", "MAX_FRAMES", "SMALL", "TURN_RECVS", "VERSION",
@@ -90,7 +90,7 @@ class Batch:
         return [_EMPTY, pack(self.frames, self.lengths)]
 
 
-def pack(frames: Sequence[bytes], lengths: Sequence[int]) -> bytes:
+def pack(frames: Sequence[Buffer], lengths: Sequence[int]) -> bytes:
     """One batch payload of `frames`, whose `lengths` carry the MORE bit (see the module)."""
     n = len(lengths)
     return b"".join([_HEAD.pack(VERSION, n), struct.pack(f"<{n}I", *lengths), *frames])
@@ -130,9 +130,9 @@ def unpack(payload: Buffer) -> list[list[Buffer]] | None:
 def unwrap(frames: list[Buffer]) -> list[list[Buffer]] | None:
     """The messages an envelope (a message whose first frame is empty) stands for; None
     if malformed."""
-    if len(frames) == 2 and len(frames[1]):
+    if len(frames) == 2 and frame_nbytes(frames[1]):
         return unpack(frames[1])
-    if len(frames) >= 3 and not len(frames[1]):
+    if len(frames) >= 3 and not frame_nbytes(frames[1]):
         return [frames[2:]]
     return None
 
@@ -140,7 +140,7 @@ def unwrap(frames: list[Buffer]) -> list[list[Buffer]] | None:
 def count(frames: list[Buffer]) -> int:
     """How many messages `frames` stands for (a malformed envelope counts as one), for the
     counters of messages dropped or held before delivery."""
-    if len(frames[0]):
+    if frame_nbytes(frames[0]):
         return 1
     messages = unwrap(frames)
     return 1 if messages is None else len(messages)

@@ -164,7 +164,7 @@ class PeerTable:
             key = _prop(frame, KEY_PROPERTY)
             curve = _prop(frame, "User-Id")
             proven = curve is not None and len(curve) == _KEY_CHARS  # tcp: CURVE proved it
-            if proven and (curve != key or not self._is_vouched(creds, key, sender, frame)):
+            if proven and (key is None or curve != key or not self._is_vouched(creds, key, sender, frame)):
                 self.refused_unvouched += n
                 self._warnings.warn("refused %s: its key carries no vouch of this mesh for "
                                     "that name (a zmesh process with another token, or one "
@@ -223,7 +223,7 @@ class PeerTable:
         # Unbounded (rcvhwm 0), the queue holds a few dozen bytes per close until a reap.
         address = f"inproc://zmesh-monitor-{id(router):x}-{next(_monitors)}"
         router.monitor(address, zmq.EVENT_DISCONNECTED)
-        monitor = router.context.socket(zmq.PAIR)
+        monitor: zmq.Socket[bytes] = router.context.socket(zmq.PAIR)
         monitor.rcvhwm = 0
         monitor.linger = 0
         monitor.connect(address)

@@ -345,7 +345,7 @@ def receive(ep: ZmqEndpoint, timeout: float | None) -> tuple[str, list[Buffer]] 
         if proofs.ready:
             name, frames = proofs.ready.popleft()
             ep._proving = proofs.busy
-            if len(frames[0]):
+            if frame_nbytes(frames[0]):
                 return name, frames
             item = ep.open_envelope(name, frames)  # a batch: each message in turn
             if item is not None:

@@ -40,8 +40,9 @@ from zmesh.security.keys import ClusterCredentials, process_credentials
 
 from . import zmq_batch, zmq_proof
 from .base import Buffer, Endpoint, frame_nbytes
+from .zmq_binding import Binding
 from .zmq_coalesce import FRESH, Coalescing
-from .zmq_context import ipc_socket_in_use, new_router, prepare_dealer, shared_context
+from .zmq_context import ipc_socket_in_use, prepare_dealer, shared_context
 from .zmq_peers import PeerTable
 from .zmq_thread_sender import ZERO_COPY_THRESHOLD, ZmqThreadSender
 
@@ -58,7 +59,6 @@ DEFAULT_MAX_PEERS = 256
 """Outbound connections an endpoint keeps open at most (the least recently used go first)."""
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _MAX_ROUTING_ID = 255  # libzmq's limit on a routing id
-_MAX_IPC_PATH = 107  # sun_path is 108 bytes including the NUL
 # A routing id no peer has: ROUTER-made ids start with a zero byte, inproc peers' ids are
 # their addresses (which contain "://").
 _WAKE_ID = b"zmesh-wake"
@@ -85,7 +85,7 @@ def _ipc_peer_gone(address: str) -> bool:
     return address.startswith("ipc:///") and not os.path.exists(address[len("ipc://"):])
 
 
-class ZmqEndpoint(Coalescing, Endpoint):
+class ZmqEndpoint(Binding, Coalescing, Endpoint):
     """A ROUTER bound at `address` plus a DEALER per peer; see `Endpoint` for the contract.
 
     Options: `max_frame_size` caps every frame sent and received (an oversized inbound frame
@@ -182,94 +182,6 @@ class ZmqEndpoint(Coalescing, Endpoint):
         self._rcvtimeo = -1
         self._track_open()
 
-    # -- binding --------------------------------------------------------------------------
-
-    def _bind_router(self, address: str, max_frame_size: int, rcvhwm: int) -> zmq.Socket[bytes]:
-        router = new_router(self._context)
-        self._router = router  # so _release_all closes it if binding fails
-        router.linger = 0
-        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        # Each connection gets a routing id of the ROUTER's making; one that brings its own
-        # (inproc peers, or a stranger) cannot take over a live connection's.
-        router.setsockopt(zmq.ROUTER_HANDOVER, 0)
-        router.setsockopt(zmq.MAXMSGSIZE, max_frame_size)
-        router.rcvhwm = rcvhwm
-        self._bind_at(router, address)
-        if address.startswith("ipc://"):
-            self._ipc_path = router.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :]
-        return router
-
-    def _bind_at(self, router: zmq.Socket[bytes], address: str) -> None:
-        """Bind `router` at `address` (tcp port 0: any free port; ipc: checked first).
-
-        libzmq takes a copy of the socket's options at each bind, so a tcp bind is CURVE and
-        ZAP-gated while an ipc bind of the same ROUTER stays plain.
-        """
-        target = address
-        if address.startswith("tcp://") and address.endswith(":0"):
-            target = address[:-2] + ":*"
-        elif address.startswith("ipc://"):
-            self._check_ipc_path(address[len("ipc://") :])
-        creds = self.credentials if address.startswith("tcp://") else None
-        if creds is not None:
-            router.zap_domain = shared_context.gate().admit(creds).encode()
-            # Without a ZAP handler libzmq would admit any CURVE client; refuse instead.
-            router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
-            router.curve_server = True
-            router.curve_secretkey = creds.curve_secret
-        else:
-            router.curve_server = False
-        try:
-            router.bind(target)
-        except zmq.ZMQError as exc:
-            raise TransportError(f"cannot bind {address!r}: {exc}") from exc
-
-    @staticmethod
-    def _check_ipc_path(path: str) -> None:
-        if path == "*":
-            return
-        if len(path.encode()) > _MAX_IPC_PATH:
-            raise TransportError(
-                f"ipc path {path!r} is {len(path.encode())} bytes, over the {_MAX_IPC_PATH}-byte "
-                "limit of unix sockets; choose a shorter directory"
-            )
-        try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(mode):
-            raise TransportError(f"cannot bind ipc path {path!r}: it exists and is not a socket")
-        # libzmq silently unlinks a stale socket file; make sure nobody is still serving on it.
-        if not ipc_socket_in_use(path):
-            return
-        raise TransportError(f"cannot bind {'ipc://' + path!r}: another process is serving on it")
-
-    def _bound_address(self, requested: str) -> str:
-        if requested.startswith("inproc://"):
-            return requested
-        return self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-
-    def bind_also(self, address: str) -> str:
-        """Bind the inbound ROUTER at a second address (a node's ipc socket beside its tcp one).
-
-        Messages that arrive there are received like any other; outbound messages still carry
-        this endpoint's primary address as the sender. Returns the address actually bound.
-        """
-        if self._closed:
-            raise TransportError(f"endpoint {self.address!r} is closed; cannot bind {address!r}")
-        if not address.startswith(("tcp://", "ipc://")):
-            raise TransportError(f"bind_also takes a tcp:// or ipc:// address, got {address!r}")
-        self._bind_at(self._router, address)
-        bound = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-        if bound.startswith("ipc://"):
-            self._extra_ipc_paths.append(bound[len("ipc://") :])
-        self._also.append(bound)
-        return bound
-
-    def bound_addresses(self) -> list[str]:
-        """Every address this endpoint receives at: its own, then those of `bind_also`."""
-        return [self.address, *self._also]
-
     # -- hot path -------------------------------------------------------------------------
 
     @property
@@ -303,8 +215,8 @@ class ZmqEndpoint(Coalescing, Endpoint):
                                 self._flush_peer(to, batch)
                             return
                         self._turn[to] = None  # the first goes at once: a lone one never waits
-                    elif self._turn.get(to):
-                        self._flush_peer(to, self._turn[to])  # order: what it holds first
+                    elif held := self._turn.get(to):
+                        self._flush_peer(to, held)  # order: what it holds first
                 if size:
                     _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
                     return

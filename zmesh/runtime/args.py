@@ -65,7 +65,7 @@ def unpack_args(packed: Args, read: values.Reader | None
     if data == ONLY_REFS:
         return tuple([_value(v, read) for v in packed.refs]), {}, []
     with context.RefCollector() as collected:
-        raw = registry.deserialize(values.unpack(data), trusted=True)
+        raw: Any = registry.deserialize(values.unpack(data), trusted=True)
     a, k, slots = raw[0], raw[1], raw[2]
     refs = collected.refs
     if packed.refs:

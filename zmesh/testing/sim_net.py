@@ -137,7 +137,7 @@ class SimNetwork:
             k.schedule(at, dst, loop._deliver, src_addr, frames)
 
 
-class SimEndpoint(Endpoint):  # type: ignore[misc]  # (transports is untyped to mypy)
+class SimEndpoint(Endpoint):
     """An endpoint on a `SimNetwork`; the kernel delivers its messages, so `recv` never
     returns one (the simulated loop is driven by kernel events instead)."""
 
@@ -156,7 +156,7 @@ class SimEndpoint(Endpoint):  # type: ignore[misc]  # (transports is untyped to 
     def send(self, to: str, frames: Sequence[Buffer]) -> None:
         if self._closed:
             raise TransportError(f"endpoint {self.address!r} is closed; cannot send to {to!r}")
-        copied = [f if type(f) is bytes else bytes(memoryview(f)) for f in frames]
+        copied: list[Buffer] = [f if type(f) is bytes else bytes(memoryview(f)) for f in frames]
         self.net.transmit(self.proc, self.address, to, copied, self.kind)
 
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
