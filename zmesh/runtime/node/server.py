@@ -11,7 +11,7 @@ import os
 import random
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -52,9 +52,13 @@ from zmesh.store.sweep import (
     remove_node_store_dir,
     sweep_dead_stores,
 )
+from zmesh.transports import open_endpoint
 from zmesh.transports.base import Endpoint
 from zmesh.transports.chaos import ChaosEndpoint
-from zmesh.transports.zmq_transport import open_zmq_endpoint
+
+if TYPE_CHECKING:  # (imported lazily through the registry: zmq on first use, off the
+    # start-up path that the fork server and the first task wait on)
+    from zmesh.transports.zmq_transport import ZmqEndpoint
 
 logger = logging.getLogger("zmesh.node")
 
@@ -93,7 +97,8 @@ class Node:
         if loop is None:
             # Peers reach the node on tcp (its identity in the mesh); local clients on ipc.
             # tcp is CURVE with the installed cluster credentials (node/credentials.py).
-            zmq_endpoint = open_zmq_endpoint(f"tcp://{host}:{port}", insecure=insecure)
+            zmq_endpoint = cast("ZmqEndpoint", open_endpoint(f"tcp://{host}:{port}",
+                                                             insecure=insecure))
             self.endpoint: Endpoint = zmq_endpoint
             self.mesh_address = zmq_endpoint.address
             self.address = zmq_endpoint.bind_also(
