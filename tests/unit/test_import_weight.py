@@ -32,3 +32,14 @@ def test_a_driver_starts_its_node_before_it_imports_zmq() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert json.loads(out.stdout) == [False, True, 40]
+
+
+def test_the_fork_servers_pre_imports_leave_numpy_out() -> None:
+    """The fork server imports the worker's modules before its first fork; numpy there (~50
+    ms) is time the first task after `init()` waits for (prestarted workers import it only if
+    their tasks use it). tensor_transport's package once imported it for every actor caller."""
+    code = ("import json, sys, zmesh.runtime.worker.main, zmesh.runtime.owner.actor_calls; "
+            "print(json.dumps('numpy' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert json.loads(out.stdout) is False

@@ -17,8 +17,28 @@ actors (the producer serves transfers on its own threads). Large host tensors ar
 into warm blocks, reused once the tensors are gone (`empty_cache()` releases idle ones).
 """
 
-from zmesh.tensor_transport.pool import empty_cache
-from zmesh.tensor_transport.types import TensorTransportError
-from zmesh.tensor_transport.value import Transported, keep, kept_count
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zmesh.tensor_transport.pool import empty_cache
+    from zmesh.tensor_transport.types import TensorTransportError
+    from zmesh.tensor_transport.value import Transported, keep, kept_count
+
+# Loaded on first use (PEP 562): `pool` imports numpy (~50 ms), and every actor caller imports
+# `tensor_transport.push`, whose package this is, so an eager import here put numpy into the
+# fork server's pre-imports and made the first task after `init()` wait for it.
+_LAZY = {"empty_cache": "pool", "TensorTransportError": "types", "Transported": "value",
+         "keep": "value", "kept_count": "value"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["TensorTransportError", "Transported", "empty_cache", "keep", "kept_count"]
