@@ -350,8 +350,11 @@ class Ownership:
 
     def _hold_borrowed(self, outer: tuple[bytes, ...], inner: tuple[bytes, ...], owner: str,
                        out: list[Action]) -> None:
-        host = next((self.records[o] for o in outer if o in self.records), None)
-        if host is None:
+        # every live outer value holds them (which of them holds which ref is not said: a
+        # batch of a generator's items, the returns of one task), so none of them is let
+        # go while any of those values lives
+        hosts = [self.records[o] for o in dict.fromkeys(outer) if o in self.records]
+        if not hosts:
             # we stop borrowing only what we hold no other way: a record we keep for
             # another reason tells the owner when it goes
             unheld = tuple(i for i in inner if i not in self.records)
@@ -362,8 +365,9 @@ class Ownership:
             rec = self.records.get(i)
             if rec is None:
                 rec = self.records[i] = self._record(owner, owner == self.address)
-            rec.local += 1
-        host.held = host.held + inner
+            rec.local += len(hosts)
+        for host in hosts:
+            host.held = host.held + inner
 
     def _owner_death(self, owner: str) -> str:
         for address, prefix, why in self.dead_owners:

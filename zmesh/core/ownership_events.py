@@ -105,7 +105,7 @@ class HoldContained(msgspec.Struct):
 
 class HoldBorrowed(msgspec.Struct):
     """Values `outer` (returns we got) hold `owner`'s objects `inner`: borrow them while
-    the first of `outer` that we still track lives."""
+    any of `outer` that we still track lives."""
 
     outer: tuple[bytes, ...]
     inner: tuple[bytes, ...]

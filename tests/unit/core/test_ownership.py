@@ -220,6 +220,29 @@ def test_contained_and_held_objects_go_with_their_outer_value() -> None:
     assert not core.records
 
 
+def test_refs_held_by_several_returns_live_until_the_last_of_them_goes() -> None:
+    """One message lists the refs inside several values (a task's returns, a batch of a
+    generator's items) without saying which value holds which: dropping the first value
+    must not let go of a ref that a later one holds (before, the first live value alone
+    held them all: the owner freed the object under the second value's ref)."""
+    from zmesh.core.ownership import HoldBorrowed
+
+    peer = "ipc://s1/peer"
+    core = Ownership(ME)
+    for oid in (b"item0", b"item1", b"item2"):
+        core.handle(AddLocal(oid, ME))
+    core.handle(RemoveLocal(b"item2"))  # gone before the message came: holds nothing
+    assert core.handle(HoldBorrowed((b"item0", b"item1", b"item2"), (b"theirs",), peer)) == []
+    core.validate()
+    assert core.handle(RemoveLocal(b"item0")) == [Free(b"item0", ME, True, (b"theirs",))]
+    assert b"theirs" in core.records
+    core.validate()
+    out = core.handle(RemoveLocal(b"item1"))
+    assert [a.object_id for a in out if isinstance(a, Free)] == [b"item1", b"theirs"]
+    assert not core.records
+    core.validate()
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from(["me", "other"])),
                 max_size=60))

@@ -147,7 +147,7 @@ class ObjectTable:
 
     def hold_borrowed(self, outer_ids: Sequence[bytes], inner_ids: Sequence[bytes],
                       owner: str) -> tuple[bytes, ...]:
-        """Borrow `owner`'s objects inner_ids for as long as the first live outer object lives;
+        """Borrow `owner`'s objects inner_ids for as long as any live outer object lives;
         if none of the outer objects is held any more, nothing is borrowed: the ids returned
         are those we then hold no other way (the owner must stop counting us for them)."""
         with self.lock:
