@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from runtime_fixtures import wait_until
@@ -228,3 +229,39 @@ def test_the_holder_answers_a_bad_request_and_releases_an_abandoned_session(
     finally:
         puller.close()
         holder.close()
+
+
+def _record_prefaults(node: TransferNode) -> list[int]:
+    """Spy on `node`'s mapper: the byte count of every prefault it makes from now on."""
+    sizes: list[int] = []
+    populate = node.mapper._populate
+
+    def recording(m: Any, offset: int, size: int) -> None:
+        sizes.append(size)
+        populate(m, offset, size)
+
+    node.mapper._can_populate = True  # a kernel without it would stop it at the first call
+    node.mapper._populate = recording  # type: ignore[method-assign]
+    return sizes
+
+
+def test_no_step_of_a_pull_does_work_in_proportion_to_the_whole_object(scratch: str) -> None:
+    """Both sides prefault a chunk at a time, as it goes: prefaulting the whole object when
+    the pull began (and when serving began) held a node's loop for seconds with 1 GiB on a
+    busy machine, so long that the other member declared that node dead mid-pull."""
+    chunk = 1 * MiB
+    a = TransferNode("tcp://127.0.0.1:0", f"{scratch}/a-store", 64 * MiB)
+    b = TransferNode("tcp://127.0.0.1:0", f"{scratch}/b-store", 64 * MiB, chunk_size=chunk)
+    try:
+        data = pattern(12 * MiB, seed=10)
+        oid = a.put(data)
+        served, pulled = _record_prefaults(a), _record_prefaults(b)
+        assert b.pull(oid, a.address, len(data)).result(10) == oid
+        pulled, served = list(pulled), list(served)  # (digest_of below prefaults it all)
+        assert b.digest_of(oid) == digest(data)
+        assert pulled and served, "both sides prefault what they touch"
+        assert max(pulled) <= chunk, f"the puller prefaulted {max(pulled)} bytes in one step"
+        assert max(served) <= chunk, f"the holder prefaulted {max(served)} bytes in one step"
+    finally:
+        a.close()
+        b.close()

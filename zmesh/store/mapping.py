@@ -44,25 +44,44 @@ class StoreMapper:
         self._closed = False
         self._can_populate = hasattr(mmap.mmap, "madvise")
 
-    def writable(self, loc: Location) -> memoryview:
-        """A writable view of the object's bytes (for the writer, until seal)."""
-        m = self._mapping(loc, writable=True)
+    def writable(self, loc: Location, *, populate: bool = True) -> memoryview:
+        """A writable view of the object's bytes (for the writer, until seal).
+
+        With `populate` its pages are prefaulted now, all of them; a caller that writes a
+        large object piece by piece on an event loop passes False and calls `prefault` for
+        each piece, so that no single step costs time in proportion to the whole object.
+        """
+        m = self._mapping(loc, writable=True, populate=populate)
         return memoryview(m.mm)[loc.offset : loc.offset + loc.size]
 
-    def readable(self, loc: Location, on_release: Callable[[], None]) -> memoryview:
+    def readable(self, loc: Location, on_release: Callable[[], None], *,
+                 populate: bool = True) -> memoryview:
         """A read-only zero-copy view of the object's bytes.
 
         The view is backed by a read-only numpy carrier over the segment's read-only mapping;
         when the carrier and every view or array derived from it are garbage, `on_release`
         runs (from whichever thread drops the last reference; never at interpreter exit, where
-        the node's release of this client covers it).
+        the node's release of this client covers it). `populate` as in `writable`.
         """
-        m = self._mapping(loc, writable=False)
+        m = self._mapping(loc, writable=False, populate=populate)
         import numpy as np  # only readers need it; a node starts faster without it
 
         carrier = np.frombuffer(m.mm, dtype=np.uint8, count=loc.size, offset=loc.offset)
         weakref.finalize(carrier, on_release).atexit = False
         return carrier.data
+
+    def prefault(self, loc: Location, start: int, length: int, *, writable: bool) -> None:
+        """Prefault bytes [start, start + length) of the object at `loc` in its read-write
+        (`writable`) or read-only mapping, which a view of it must have made already."""
+        m = (self._rw if writable else self._ro).get(loc.segment)
+        if m is None:
+            raise ValueError(f"segment {loc.segment!r} is not mapped "
+                             f"{'read-write' if writable else 'read-only'} here")
+        if start < 0 or length < 0 or start + length > loc.size:
+            raise ValueError(f"range of {length} bytes at {start} lies outside the object "
+                             f"({loc.size} bytes)")
+        if self._can_populate and length:
+            self._populate(m, loc.offset + start, length)
 
     def forget(self, segment: str) -> bool:
         """Unmap `segment` (its file was removed); False if views of it are still alive, in
@@ -85,7 +104,7 @@ class StoreMapper:
         for name in self.mapped_segments:
             self.forget(name)
 
-    def _mapping(self, loc: Location, *, writable: bool) -> _Mapping:
+    def _mapping(self, loc: Location, *, writable: bool, populate: bool = True) -> _Mapping:
         if self._closed:
             raise ValueError(f"StoreMapper for {self.directory} is closed")
         table = self._rw if writable else self._ro
@@ -97,7 +116,7 @@ class StoreMapper:
             raise ValueError(
                 f"location {loc} lies outside segment {loc.segment!r} ({len(m.mm)} bytes)"
             )
-        if self._can_populate and loc.size:
+        if populate and self._can_populate and loc.size:
             self._populate(m, loc.offset, loc.size)
         return m
 

@@ -32,6 +32,7 @@ from zmesh.protocol.messages.transfer import (
     PullDone,
     PullFailed,
 )
+from zmesh.store.arena import Location
 from zmesh.store.local_read import describe
 from zmesh.store.mapping import StoreMapper
 from zmesh.store.object_store import ObjectStore
@@ -49,6 +50,7 @@ Send = Callable[[str, Message, Sequence[Any]], bool]
 class _Session(msgspec.Struct, eq=False, dict=True):
     object_id: bytes
     view: memoryview
+    loc: Location
     last_used: float
 
 
@@ -111,6 +113,7 @@ class ChunkServer:
                          f"{MAX_CHUNK_BYTES} bytes)", lost=False)
             return
         session.last_used = now
+        self._mapper.prefault(session.loc, msg.offset, msg.length, writable=False)
         piece = session.view[msg.offset : msg.offset + msg.length]
         reply = Chunk(transfer_id=msg.transfer_id, object_id=msg.object_id, offset=msg.offset,
                       size=size)
@@ -234,12 +237,13 @@ class ChunkServer:
             self._refuse(sender, msg, f"it cannot be read here: {exc}", lost=True)
             return None
         try:
+            # Prefaulted chunk by chunk as they are asked for (see `ObjectTransfer._begin`).
             view = self._mapper.readable(loc, lambda: self._call_soon(self._unpin, object_id,
-                                                                      client))
+                                                                      client), populate=False)
         except Exception:
             store.unpin(object_id, client)
             raise
-        session = _Session(object_id, view, 0.0)
+        session = _Session(object_id, view, loc, 0.0)
         self._sessions[(sender, msg.transfer_id)] = session
         self._holders.setdefault(object_id, set()).add(sender)
         return session

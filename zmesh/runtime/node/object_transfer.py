@@ -49,6 +49,7 @@ from zmesh.protocol.messages.transfer import (
 )
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.chunk_server import ChunkServer
+from zmesh.store.arena import Location
 from zmesh.store.local_read import (
     COPY_PIECE,
     LocalFile,
@@ -126,6 +127,7 @@ class ObjectTransfer:
         self.server = ChunkServer(store, self._mapper, self._send, self._call_soon,
                                   session_timeout=session_timeout)
         self._views: dict[int, memoryview] = {}  # transfer id -> the region being filled
+        self._locs: dict[int, Location] = {}  # transfer id -> where that region lies
         self._objects: dict[int, bytes] = {}  # transfer id -> object id
         self.chunks_received = 0
         self.bytes_received = 0
@@ -187,6 +189,7 @@ class ObjectTransfer:
         write, actions = self.manager.on_chunk(sender, msg.transfer_id, msg.offset, n, msg.size,
                                                self._clock())
         if write:
+            self._mapper.prefault(self._locs[msg.transfer_id], msg.offset, n, writable=True)
             self._views[msg.transfer_id][msg.offset : msg.offset + n] = data
             self.chunks_received += 1
             self.bytes_received += n
@@ -222,6 +225,7 @@ class ObjectTransfer:
             return
         end = min(done + COPY_PIECE, len(view))
         try:
+            self._mapper.prefault(self._locs[tid], done, end - done, writable=True)
             copy_piece(fd, src_offset + done, view[done:end])
         except (LocalReadRefused, OSError) as exc:
             os.close(fd)
@@ -343,12 +347,16 @@ class ObjectTransfer:
             self._run(self.manager.abort(a.transfer_id, exc))
             return
         try:
-            self._views[a.transfer_id] = self._mapper.writable(loc)
+            # Pages are prefaulted chunk by chunk as the bytes arrive: all at once here, a
+            # 1 GiB object held the loop for seconds on a busy machine (long enough for the
+            # other members to declare this node dead).
+            self._views[a.transfer_id] = self._mapper.writable(loc, populate=False)
         except Exception as exc:
             self.store.free(a.object_id)
             self._run(self.manager.abort(a.transfer_id, exc))
             return
         self._objects[a.transfer_id] = a.object_id
+        self._locs[a.transfer_id] = loc
         self._run(self.manager.started(a.transfer_id, self._clock()))
 
     def _complete(self, a: Complete) -> None:
@@ -373,6 +381,7 @@ class ObjectTransfer:
     def _drop_view(self, transfer_id: int) -> bool:
         self._objects.pop(transfer_id, None)
         self._local_from.pop(transfer_id, None)
+        self._locs.pop(transfer_id, None)
         view = self._views.pop(transfer_id, None)
         if view is None:
             return False
