@@ -65,3 +65,51 @@ def test_refs_in_a_batch_of_generator_items_live_while_their_own_item_does(ray):
     del kept, item
     gc.collect()
     assert wait_until(lambda: not {oid.hex() for oid in ids} & held_by(worker), timeout=30)
+
+
+def test_refs_in_an_answer_that_is_retried_are_let_go(ray, tmp_path):
+    # the worker lends the caller its own ref inside the first attempt's error; the caller
+    # retries instead of keeping that error, so it must say it borrows none of it (before,
+    # the worker counted the caller as a borrower for good: the object stayed)
+    marker, named = tmp_path / "attempts", tmp_path / "inner"
+
+    @ray.remote(max_retries=1, retry_exceptions=True)
+    def flaky(path, named):
+        with open(path, "a") as f:
+            f.write("x")
+        with open(path) as f:
+            attempts = len(f.read())
+        if attempts < 2:
+            inner = ray.put(b"kept by the first attempt")
+            with open(named, "w") as f:
+                f.write(f"{inner.id.hex()} {inner.owner}")
+            raise RuntimeError("first attempt", inner)
+        return "done"
+
+    @ray.remote
+    class Flaky:
+        def __init__(self):
+            self.calls = 0
+            self.named = ("", "")
+
+        @ray.method(max_task_retries=1, retry_exceptions=True)
+        def flaky(self):
+            self.calls += 1
+            if self.calls < 2:
+                inner = ray.put(b"kept by the first attempt")
+                self.named = (inner.id.hex(), inner.owner)
+                raise RuntimeError("first attempt", inner)
+            return "done"
+
+        def inner(self):
+            return self.named
+
+    assert ray.get(flaky.remote(str(marker), str(named)), timeout=60) == "done"
+    oid, worker = named.read_text().split(" ")
+    assert wait_until(lambda: oid not in held_by(worker), timeout=30), \
+        f"the task's worker still keeps {oid} for a caller that retried"
+    actor = Flaky.remote()
+    assert ray.get(actor.flaky.remote(), timeout=60) == "done"
+    oid, worker = ray.get(actor.inner.remote(), timeout=60)
+    assert wait_until(lambda: oid not in held_by(worker), timeout=30), \
+        f"the actor still keeps {oid} for a caller that retried"

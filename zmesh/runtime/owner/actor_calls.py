@@ -434,7 +434,7 @@ class ActorCaller:
             if call.retry_exceptions else None
         if not self.core.complete_fast(call.rec.actor_id, msg.task_id):
             return  # not in flight: an answer from a worker the call no longer waits on
-        if left is not None and self._retry(call, msg, left):
+        if left is not None and self._retry(call, sender, msg, left):
             return
         del self.calls[msg.task_id]
         self.resends.answered(msg.task_id)
@@ -447,13 +447,18 @@ class ActorCaller:
             self.client.hold_returned(sender, [IdGen.object_id(call.task_id, i) for i in
                                                range(max(call.num_returns, 1))], msg.contained)
 
-    def _retry(self, call: Call, msg: m.TaskResult, left: int) -> bool:
+    def _retry(self, call: Call, sender: str, msg: m.TaskResult, left: int) -> bool:
         """Send again a call whose exception its `retry_exceptions` covers, while retries
         are left (`left`: the core's count, which restarts that sent it again spent too, as
         Ray's one max_task_retries budget; loop thread): True when it went again."""
         rec = call.rec
         if left == 0 or rec.killing or not covered(call.retry_exceptions, msg.returns):
             return False
+        if msg.contained:
+            # nothing keeps this answer: we borrow none of the actor's own refs in it
+            # (unsaid, it would count us as their borrower for good); said before the call
+            # goes again, whose answer may lend us some of them again
+            self.client.hold_returned(sender, [], msg.contained)
         call.retries = left - 1 if left > 0 else left
         call.attempt += 1  # an answer of this attempt that comes late is not the next one's
         self.resends.answered(msg.task_id)

@@ -321,7 +321,13 @@ task of that function (`_fn_known`).
                 if sent is not True:
                     self._send(sent)
                 return
-        self._do(self.core.handle(Result(msg.task_id, retry)), (sender, msg))
+        actions = self.core.handle(Result(msg.task_id, retry))
+        if retry and msg.contained and not any(type(a) is Complete for a in actions):
+            # retried: nothing keeps this answer, so we borrow none of the sender's refs in
+            # it (unsaid, the sender would count us as their borrower for good); said before
+            # the attempt that follows goes, which may lend us some of them again
+            self.client.hold_returned(sender, [], msg.contained)
+        self._do(actions, (sender, msg))
 
     @_locked
     def _idle(self, lease_id: bytes, stamp: int) -> None:
