@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -77,20 +77,27 @@ class _Stream:
         self.waiters: list[Future[None]] = []
 
     # -- loop thread -----------------------------------------------------------------------
-    def add(self, start: int, values_: list[m.Value], worker: str) -> None:
-        """Items start, start + 1, ... arrived (loop thread)."""
+    def add(self, start: int, values_: list[m.Value], worker: str,
+            take_refs: Callable[[], None] | None = None) -> None:
+        """Items start, start + 1, ... arrived (loop thread). `take_refs` takes over the refs
+        inside them once the items are tracked, before any user thread can see them: one
+        that read an item and dropped it first would have them refused, though the value
+        it read holds them."""
         client = self.client
         with self.cond:
             if worker:
                 self.worker = worker
+            fresh: dict[int, ObjectRef] = {}
             for index, value in enumerate(values_, start):
                 oid = IdGen.object_id(self.task_id, index + 1)
-                if index < self.next or index in self.items:
+                if index < self.next or index in self.items or index in fresh:
                     _free_copy(client, oid, value)  # a retried task's repeat
                     continue
-                ref = ObjectRef(oid, client.address, client)
+                fresh[index] = ObjectRef(oid, client.address, client)
                 client.objects.set_value(oid, value)
-                self.items[index] = ref
+            if take_refs is not None:
+                take_refs()
+            self.items.update(fresh)
         self._wake()
 
     def end(self, value: m.Value) -> None:
@@ -305,18 +312,22 @@ def _registry(client: Any) -> dict[bytes, _Stream]:
 def _on_items(client: Any, sender: str, task_id: bytes, start: int, values_: list[m.Value],
               msg: m.GeneratorItem | m.GeneratorItems) -> None:
     worker = msg.worker or sender
+
+    def take_refs() -> None:
+        # refs inside the items: held while each item lives (refused if it is gone already)
+        if msg.lent:
+            client.lending.take_lent(worker, task_id, msg.lent, None)
+        if msg.contained:
+            items = [IdGen.object_id(task_id, i + 1) for i in range(start, start + len(values_))]
+            client.hold_returned(worker, items, msg.contained)
+
     stream = _registry(client).get(task_id)
     if stream is None:  # the generator was dropped: free what the items stored
         for index, value in enumerate(values_, start):
             _free_copy(client, IdGen.object_id(task_id, index + 1), value)
+        take_refs()
     else:
-        stream.add(start, values_, worker)
-    # refs inside the items: held while each item lives (refused if it is gone already)
-    if msg.lent:
-        client.lending.take_lent(worker, task_id, msg.lent, None)
-    if msg.contained:
-        items = [IdGen.object_id(task_id, i + 1) for i in range(start, start + len(values_))]
-        client.hold_returned(worker, items, msg.contained)
+        stream.add(start, values_, worker, take_refs if msg.lent or msg.contained else None)
 
 
 def _free_copy(client: Any, oid: bytes, value: m.Value) -> None:

@@ -93,3 +93,69 @@ def test_refs_inside_an_item_go_in_the_message_that_carries_the_item() -> None:
         assert {int(oid.split(b"-")[1]) for oid in msg.contained} <= carried, msg
         seen += len(values)
     assert seen == items
+
+
+def test_refs_inside_an_item_are_taken_over_before_a_user_thread_can_read_it() -> None:
+    """The owner's side: the refs an item carries are taken over (held while the item
+    lives) before the item is handed out. Before, a waiting user thread was woken first: if
+    it read the item (the value read holds a ref to the object inside) and dropped the item
+    before the loop thread took the refs over, they were refused, and the object's owner
+    freed it under the ref the value read made (here the waiter's callback plays that
+    thread, winning the race every time)."""
+    from zmesh import generators
+    from zmesh.object_ref import ObjectRef
+    from zmesh.runtime.ids import IdGen
+    from zmesh.runtime.owner.client import CoreClient
+    from zmesh.runtime.owner.lending import Lending
+    from zmesh.runtime.owner.objects import ObjectTable
+
+    third, worker = "ipc://third", "ipc://worker"
+
+    class _Owner:
+        address = OWNER
+        closed = False
+        node_address = "ipc://node"
+        hold_returned = CoreClient.hold_returned
+
+        def __init__(self) -> None:
+            self.sent: list[Any] = []
+            client = self
+
+            class _Loop:
+                def on(self, *args: Any) -> None:
+                    pass
+
+                def send(self, to: str, msg: Any) -> bool:
+                    client.sent.append(msg)
+                    return True
+
+                def send_threadsafe(self, to: str, msg: Any) -> None:
+                    client.sent.append(msg)
+
+                def call_soon(self, fn: Any, *args: Any) -> None:
+                    fn(*args)
+
+            self.loop = _Loop()
+            self.objects = ObjectTable(OWNER, lambda fn, *args: fn(*args), lambda *a: None)
+            self.lending = Lending(self)
+
+    client = _Owner()
+    task = b"g" * 20
+    completion = ObjectRef(IdGen.object_id(task, 0), OWNER, client)
+    stream = generators.open_stream(client, task, completion, 0, False)
+    read: list[Any] = []
+
+    def read_and_drop(_: Any) -> None:  # a user thread woken by the item's arrival
+        ref = stream.take()
+        assert ref is not None
+        read.append(ObjectRef(b"x" * 24, third, client))  # what the item's value holds
+        del ref  # the item itself is dropped at once
+
+    stream.waiter().add_done_callback(read_and_drop)
+    msg = m.GeneratorItem(task_id=task, index=0, value=m.Value(data=b"v"), worker=worker,
+                          lent=[m.Lent(index=1, object_id=b"x" * 24, owner=third)])
+    generators._on_items(client, worker, task, 0, [msg.value], msg)
+    assert read, "the waiter was not woken"
+    hand_offs = [x for x in client.sent if isinstance(x, m.HandOffBorrow)]
+    assert hand_offs and all(x.take for x in hand_offs), hand_offs
+    client.objects.core.validate()
