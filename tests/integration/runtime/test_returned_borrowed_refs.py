@@ -308,3 +308,27 @@ def test_refs_a_generator_yields_are_handed_over_item_by_item(ray):
     assert int(ray.get(items[2][0], timeout=60)[0]) == 13
     del items
     assert all_freed(before), stored()
+
+
+def test_refs_inside_the_error_that_ends_a_generator_are_handed_over_too(ray):
+    # before, the worker pinned them for good (out-of-band): the objects stayed stored
+    @ray.remote
+    def gen(box):
+        yield 1
+        raise KeyError(box[0], ray.put(np.full(2 << 20, 15, dtype=np.uint8)))  # theirs, ours
+
+    gc.collect()
+    before = stored()
+    ref = ray.put(big(14))
+    items = list(gen.remote([ref]))
+    assert ray.get(items[0], timeout=60) == 1
+    try:
+        ray.get(items[1], timeout=60)
+    except KeyError as exc:
+        theirs, mine = exc.args
+    del ref, items
+    gc.collect()
+    assert int(ray.get(theirs, timeout=60)[0]) == 14  # the error's refs still read
+    assert int(ray.get(mine, timeout=60)[0]) == 15
+    del theirs, mine
+    assert all_freed(before), stored()

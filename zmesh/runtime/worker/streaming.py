@@ -23,7 +23,8 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.worker.outcomes import error_value
 
-ErrorOf = Callable[[BaseException], m.Value]
+ErrorOf = Callable[[BaseException, "list[Any] | None"], m.Value]
+"""The error value of an exception; the ObjectRefs inside it go to the list given."""
 
 
 class _Pace:
@@ -136,9 +137,16 @@ class _Sender:
             self.client.lending.lend(self.task_id, 0, lent, self.owner, token=oid)
         return mine, lent
 
-    def value(self, value: m.Value) -> None:
-        """The last item: the error that ended the generator."""
-        self._add(value)
+    def error(self, exc: BaseException, error_of: ErrorOf) -> None:
+        """The last item: the error that ended the generator. The refs inside it are handed
+        over as an item's (unsaid, each would be pinned here for good)."""
+        refs: list[Any] = []
+        value = error_of(exc, refs)
+        if refs:
+            oid = IdGen.object_id(self.task_id, self.count + 1)
+            self._add(value, *self._hand_over(oid, refs))
+        else:
+            self._add(value)
         self.flush()
 
     def _add(self, value: m.Value, contained: list[bytes] | None = None,
@@ -220,7 +228,7 @@ def run(client: Any, task_id: bytes, gen: Any, mode: int, owner: str, backpressu
                     sender.flush()  # the owner can only consume what it has
                 pace.wait_room(sender.count, backpressure)
     except BaseException as exc:  # noqa: BLE001 - user code may raise anything
-        sender.value(error_of(exc))
+        sender.error(exc, error_of)
     finally:
         if pace is not None:
             _paces.pop(task_id, None)
@@ -239,7 +247,7 @@ async def run_async(client: Any, task_id: bytes, agen: Any, mode: int, owner: st
                 sender.flush()
                 await pace.wait_room_async(sender.count, backpressure)
     except BaseException as exc:  # noqa: BLE001 - user code may raise anything
-        sender.value(error_of(exc))
+        sender.error(exc, error_of)
     finally:
         if pace is not None:
             _paces.pop(task_id, None)
@@ -250,8 +258,8 @@ def run_task(client: Any, pid: int, shielded: Callable[[], AbstractContextManage
              task_id: bytes, gen: Any, mode: int, name: str, owner: str,
              backpressure: int) -> list[m.Value]:
     """Stream a task's (or a sync call's) generator, sync or async, from a worker thread."""
-    def error_of(exc: BaseException) -> m.Value:
-        return error_value(name, exc, pid)
+    def error_of(exc: BaseException, refs: list[Any] | None = None) -> m.Value:
+        return error_value(name, exc, pid, refs)
 
     if hasattr(gen, "__anext__"):  # an async generator outside an async actor
         return asyncio.run(run_async(client, task_id, gen, mode, owner, backpressure, error_of))
@@ -262,8 +270,8 @@ async def run_call_async(client: Any, pid: int,
                          shielded: Callable[[], AbstractContextManager[None]], call: m.ActorCall,
                          name: str, method: Any, args: Any, kwargs: Any) -> list[m.Value]:
     """Stream an async actor's generator method (a sync one runs on the default executor)."""
-    def error_of(exc: BaseException) -> m.Value:
-        return error_value(name, exc, pid)
+    def error_of(exc: BaseException, refs: list[Any] | None = None) -> m.Value:
+        return error_value(name, exc, pid, refs)
 
     if inspect.isasyncgenfunction(method):
         return await run_async(client, call.task_id, method(*args, **kwargs), call.num_returns,
