@@ -18,6 +18,7 @@ from transfer_harness import MiB, PeerProcess, TransferNode, digest, pattern
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol import codec
 from zmesh.protocol.messages.transfer import Chunk, ChunkRequest, PullFailed
+from zmesh.store.arena import RESERVE_PIECE
 from zmesh.transports import open_endpoint
 
 STORE_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -245,10 +246,12 @@ def _record_prefaults(node: TransferNode) -> list[int]:
     return sizes
 
 
-def test_no_step_of_a_pull_does_work_in_proportion_to_the_whole_object(scratch: str) -> None:
-    """Both sides prefault a chunk at a time, as it goes: prefaulting the whole object when
-    the pull began (and when serving began) held a node's loop for seconds with 1 GiB on a
-    busy machine, so long that the other member declared that node dead mid-pull."""
+def test_no_step_of_a_pull_does_work_in_proportion_to_the_whole_object(
+        scratch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both sides prefault a chunk at a time, as it goes, and the puller reserves its new
+    segment's pages a piece at a time: prefaulting (and reserving) the whole object when the
+    pull began (and when serving began) held a node's loop for seconds with 1 GiB on a busy
+    machine, so long that the other member declared that node dead mid-pull."""
     chunk = 1 * MiB
     a = TransferNode("tcp://127.0.0.1:0", f"{scratch}/a-store", 64 * MiB)
     b = TransferNode("tcp://127.0.0.1:0", f"{scratch}/b-store", 64 * MiB, chunk_size=chunk)
@@ -256,7 +259,13 @@ def test_no_step_of_a_pull_does_work_in_proportion_to_the_whole_object(scratch: 
         data = pattern(12 * MiB, seed=10)
         oid = a.put(data)
         served, pulled = _record_prefaults(a), _record_prefaults(b)
+        reserved: list[int] = []
+        fallocate = os.posix_fallocate
+        monkeypatch.setattr(os, "posix_fallocate", lambda fd, offset, length: (
+            reserved.append(length), fallocate(fd, offset, length))[-1])
         assert b.pull(oid, a.address, len(data)).result(10) == oid
+        assert reserved and max(reserved) <= RESERVE_PIECE, \
+            f"the puller reserved {max(reserved)} bytes in one step"
         pulled, served = list(pulled), list(served)  # (digest_of below prefaults it all)
         assert b.digest_of(oid) == digest(data)
         assert pulled and served, "both sides prefault what they touch"

@@ -108,11 +108,14 @@ class ObjectStore:
 
     # -- object life -------------------------------------------------------------------
 
-    def allocate(self, object_id: bytes, size: int, *, owner: str) -> Location:
+    def allocate(self, object_id: bytes, size: int, *, owner: str,
+                 reserve: bool = True) -> Location:
         """Reserve `size` bytes for a new, unsealed object that `owner` will write.
 
         Makes room by evicting and spilling if over budget; ObjectStoreFullError if even
-        that cannot, naming the size, the capacity and what is pinned.
+        that cannot, naming the size, the capacity and what is pinned. With `reserve` False
+        the pages are not reserved yet: the caller reserves them with `reserve_step` (piece
+        by piece, between other work) before anyone writes them.
         """
         self._check_open()
         _check_id(object_id)
@@ -125,9 +128,33 @@ class ObjectStore:
             )
             raise ValueError(f"cannot allocate object {object_id.hex()}: it is {state}")
         loc = self._reserve(object_id, size)
+        if reserve:
+            try:
+                self._arena.reserve(loc.segment, loc.offset, loc.size)
+            except ObjectStoreFullError:
+                self._arena.free(loc.segment, loc.offset)
+                raise
         self._entries[object_id] = _Entry(object_id, size, owner, loc)
         self._writing.setdefault(owner, set()).add(object_id)
         return loc
+
+    def reserve(self, object_id: bytes, start: int, length: int) -> None:
+        """Reserve all of bytes [start, start + length) of an object being written (see
+        `reserve_step`); for a writer about to fill that range."""
+        self.reserve_step(object_id, start, length, length + (1 << 62))
+
+    def reserve_step(self, object_id: bytes, start: int, length: int, budget: int) -> bool:
+        """Reserve pages of bytes [start, start + length) of an unsealed object allocated
+        with reserve=False, at most about `budget` bytes' worth this call; True once all of
+        that range is. ObjectStoreFullError when the file system has no room left."""
+        e = self._live(object_id)
+        if e.sealed or e.location is None:
+            raise ValueError(f"object {object_id.hex()} is not being written")
+        if start < 0 or length < 0 or start + length > e.size:
+            raise ValueError(f"range of {length} bytes at {start} lies outside object "
+                             f"{object_id.hex()} ({e.size} bytes)")
+        loc = e.location
+        return self._arena.reserve_step(loc.segment, loc.offset + start, length, budget)
 
     def seal(self, object_id: bytes) -> None:
         """Mark the object written: readers may pin it, and it may now be moved."""
@@ -323,6 +350,11 @@ class ObjectStore:
 
     def _restore(self, e: _Entry) -> None:
         loc = self._reserve(e.object_id, e.size)
+        try:
+            self._arena.reserve(loc.segment, loc.offset, loc.size)
+        except ObjectStoreFullError:
+            self._arena.free(loc.segment, loc.offset)
+            raise
         view = self._mapper.writable(loc)
         try:
             self._spill.read_into(e.object_id, view)

@@ -37,7 +37,7 @@ from zmesh.core.pull_manager import (
     Release,
     RequestChunk,
 )
-from zmesh.errors import ObjectLostError
+from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages.runtime import FreeObjects
 from zmesh.protocol.messages.transfer import (
     Chunk,
@@ -186,6 +186,12 @@ class ObjectTransfer:
             return  # a late duplicate of a chunk asked again, or of a transfer now over
         data = bufs[0]
         n = data.nbytes if type(data) is memoryview else memoryview(data).nbytes
+        if msg.offset >= 0 and msg.offset + n <= len(self._views[msg.transfer_id]):
+            try:  # (before the manager counts the chunk in: what it asks next stays valid)
+                self.store.reserve(msg.object_id, msg.offset, n)
+            except (ObjectStoreFullError, ObjectLostError) as exc:
+                self._run(self.manager.abort(msg.transfer_id, exc))
+                return
         write, actions = self.manager.on_chunk(sender, msg.transfer_id, msg.offset, n, msg.size,
                                                self._clock())
         if write:
@@ -224,6 +230,12 @@ class ObjectTransfer:
             os.close(fd)  # the pull ended meanwhile (freed, source died, node closing)
             return
         end = min(done + COPY_PIECE, len(view))
+        try:
+            self.store.reserve(self._objects[tid], done, end - done)
+        except (ObjectStoreFullError, ObjectLostError) as exc:
+            os.close(fd)
+            self._run(self.manager.abort(tid, exc))
+            return
         try:
             self._mapper.prefault(self._locs[tid], done, end - done, writable=True)
             copy_piece(fd, src_offset + done, view[done:end])
@@ -342,14 +354,15 @@ class ObjectTransfer:
 
     def _begin(self, a: Begin) -> None:
         try:
-            loc = self.store.allocate(a.object_id, a.size, owner=TRANSFER_OWNER)
+            # (its pages are reserved chunk by chunk too, as they arrive)
+            loc = self.store.allocate(a.object_id, a.size, owner=TRANSFER_OWNER, reserve=False)
         except Exception as exc:  # no room, or a copy being written here by someone else
             self._run(self.manager.abort(a.transfer_id, exc))
             return
         try:
-            # Pages are prefaulted chunk by chunk as the bytes arrive: all at once here, a
-            # 1 GiB object held the loop for seconds on a busy machine (long enough for the
-            # other members to declare this node dead).
+            # Pages are prefaulted chunk by chunk as the bytes arrive: all at once here (and
+            # reserved at once in `allocate`), a 1 GiB object held the loop for seconds on a
+            # busy machine, long enough for the other members to declare this node dead.
             self._views[a.transfer_id] = self._mapper.writable(loc, populate=False)
         except Exception as exc:
             self.store.free(a.object_id)
