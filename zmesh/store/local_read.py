@@ -87,7 +87,11 @@ def open_verified(root: str, offer: LocalFile) -> int:
     try:
         _check_private(os.fstat(dir_fd), uid, node_dir, want_dir=True)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # O_NONBLOCK: a FIFO (or device) named like a segment must not block the open on
+            # the event loop's thread; it is refused below as not a regular file (a regular
+            # file's reads ignore the flag)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=dir_fd)
         except OSError as exc:
             raise LocalReadRefused(f"cannot open {path}: {exc.strerror}") from None
     finally:
