@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -200,3 +201,48 @@ def test_a_puller_killed_mid_copy_leaves_no_pin_on_the_holder(
     finally:
         puller.close()
         holder.close()
+
+
+def _open_files_under(directory: str) -> list[str]:
+    """The files under `directory` this process holds open."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # (closed meanwhile: the listing's own fd)
+        if target.startswith(directory + os.sep):
+            found.append(target)
+    return found
+
+
+def test_a_puller_closed_mid_copy_closes_the_holders_file(
+    peer: PeerProcess, scratch: str
+) -> None:
+    # before, the open file was closed only by the copy's next step, which never runs once
+    # the loop has stopped: every close mid-copy leaked an fd of the holder's segment file
+    node = TransferNode("tcp://127.0.0.1:0", f"{scratch}/closing-store", 256 * MiB,
+                        local_root=scratch)
+    try:
+        step = node.transfer._copy_step
+        between = threading.Event()
+
+        def stepping(tid: int, fd: int, src_offset: int, done: int) -> None:
+            if done > 0:  # the loop stops before the second step runs
+                between.set()
+                return
+            step(tid, fd, src_offset, done)
+
+        def install() -> None:
+            node.transfer._copy_step = stepping  # type: ignore[method-assign]
+
+        node.call(install)
+        size = COPY_PIECE + 3 * MiB  # two copy steps
+        oid, _ = peer.put(size, seed=7)
+        node.pull(oid, peer.address, size)
+        assert between.wait(60)
+        holder_files = os.path.realpath(f"{scratch}/peer-store")
+        assert _open_files_under(holder_files), "the copy holds the holder's file open"
+    finally:
+        node.close()
+    assert not _open_files_under(holder_files)

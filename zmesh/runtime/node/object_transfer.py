@@ -134,6 +134,7 @@ class ObjectTransfer:
         self.local_root = local_root
         self._local_hint = local_hint
         self._local_from: dict[int, str] = {}  # transfer id -> source asked for a local read
+        self._local_fds: dict[int, int] = {}  # transfer id -> the holder's file, being copied
         self.local_bytes = 0
         self.last_local_refusal = ""  # why the latest local copy fell back (for tests, logs)
         self._closed = False
@@ -221,13 +222,15 @@ class ObjectTransfer:
         except (LocalReadRefused, OSError) as exc:
             self._local_failed(tid, str(exc))
             return
+        self._local_fds[tid] = fd  # (closed by the last step, or when the transfer ends)
         self._copy_step(tid, fd, msg.offset, 0)
 
     def _copy_step(self, tid: int, fd: int, src_offset: int, done: int) -> None:
         """Copy the next piece of the local read; the loop serves a message between pieces."""
         view = self._views.get(tid)
-        if view is None or not self.manager.copying_locally(tid):
-            os.close(fd)  # the pull ended meanwhile (freed, source died, node closing)
+        if view is None or not self.manager.copying_locally(tid) \
+                or self._local_fds.get(tid) != fd:
+            self._close_local(tid)  # the pull ended meanwhile (freed, source died, closing)
             return
         end = min(done + COPY_PIECE, len(view))
         try:
@@ -240,7 +243,7 @@ class ObjectTransfer:
             self._mapper.prefault(self._locs[tid], done, end - done, writable=True)
             copy_piece(fd, src_offset + done, view[done:end])
         except (LocalReadRefused, OSError) as exc:
-            os.close(fd)
+            self._close_local(tid)
             self._local_failed(tid, f"reading the file failed: {exc}")
             return
         if end < len(view):
@@ -248,9 +251,16 @@ class ObjectTransfer:
             self.manager.local_progress(tid, self._clock())
             self._loop.call_later(0.0, lambda: self._copy_step(tid, fd, src_offset, end))
             return
-        os.close(fd)
+        self._close_local(tid)
         self.local_bytes += end
         self._run(self.manager.local_done(tid, self._clock()))
+
+    def _close_local(self, tid: int) -> None:
+        """Close the holder's file of a local copy (once; a step left pending when the loop
+        stopped never runs, so the end of the transfer closes it too)."""
+        fd = self._local_fds.pop(tid, None)
+        if fd is not None:
+            os.close(fd)
 
     def _local_failed(self, tid: int, why: str) -> None:
         self.last_local_refusal = why
@@ -395,6 +405,7 @@ class ObjectTransfer:
         self._objects.pop(transfer_id, None)
         self._local_from.pop(transfer_id, None)
         self._locs.pop(transfer_id, None)
+        self._close_local(transfer_id)
         view = self._views.pop(transfer_id, None)
         if view is None:
             return False
