@@ -191,6 +191,35 @@ def test_large_items_travel_through_the_object_store(ray):
     assert sums == [0, 1_000_000, 2_000_000]
 
 
+def test_a_large_item_outlives_the_actor_that_yielded_it(ray):
+    # the caller owns each item (as it owns a call's return): before, a stored item was
+    # allocated as the actor's own, so the node freed it when the actor died, under the
+    # caller's ref (ObjectLostError), while a plain return's copy survived the same kill
+    from zmesh.exceptions import RayActorError
+
+    @ray.remote
+    class Maker:
+        def items(self):
+            yield np.full(4 << 20, 9, dtype=np.uint8)
+
+        def one(self):
+            return np.full(4 << 20, 8, dtype=np.uint8)
+
+        def ping(self):
+            return "ok"
+
+    maker = Maker.remote()
+    (item,) = list(maker.items.remote())  # here (unread: nothing of it mapped here yet)
+    returned = maker.one.remote()
+    ray.wait([returned], timeout=60)
+    ray.kill(maker)
+    with pytest.raises(RayActorError):
+        ray.get(maker.ping.remote(), timeout=60)  # its death is known (its objects went)
+    zmesh.runtime.context.current_client().query("store")  # (after the node's frees)
+    assert int(ray.get(returned, timeout=60)[0]) == 8
+    assert int(ray.get(item, timeout=60)[0]) == 9
+
+
 def test_backpressure_pauses_the_generator_until_items_are_consumed(ray):
     # Ray's `_generator_backpressure_num_objects`: the task stops yielding once that many
     # items are unconsumed (Ray-observed: the producer's count stays at the threshold)

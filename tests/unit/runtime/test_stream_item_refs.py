@@ -54,7 +54,7 @@ class _Client:
     def send_direct(self, to: str, msg: Any) -> None:
         self.record(msg)
 
-    def encode(self, obj: Any, oid: bytes) -> tuple[Any, list[Ref]]:
+    def encode(self, obj: Any, oid: bytes, for_owner: str = "") -> tuple[Any, list[Ref]]:
         n = obj  # item n holds a ref of another process's and one of ours
         return n, [Ref(b"theirs-%d" % n, "ipc://third"), Ref(b"ours-%d" % n, ME)]
 

@@ -116,7 +116,9 @@ class _Sender:
     def item(self, obj: Any) -> None:
         with self.shield():
             oid = IdGen.object_id(self.task_id, self.count + 1)
-            value, nested = self.client.encode(obj, oid)
+            # stored for the owner (as a return is): the node frees it if the owner dies, not
+            # when this worker does (the owner's ref to the item outlives us)
+            value, nested = self.client.encode(obj, oid, for_owner=self.owner)
             if nested:  # the owner holds them while the item lives: handed over to it
                 self._add(value, *self._hand_over(oid, nested))
             else:
