@@ -16,11 +16,14 @@ from typing import Any, Literal
 import msgspec
 
 from zmesh.core.ownership_events import (
+    AckNote,
     Action,
     AddBorrower,
     AddLocal,
     AddSubmitted,
+    AskBorrower,
     BorrowerGone,
+    BorrowNote,
     Escaped,
     Event,
     FailBorrowed,
@@ -29,8 +32,11 @@ from zmesh.core.ownership_events import (
     HandOff,
     HoldBorrowed,
     HoldContained,
+    KeepBorrowed,
     Lend,
     LendDone,
+    NoteAcked,
+    NoteBorrow,
     OwnerAnswered,
     OwnerDied,
     OwnerNodeDied,
@@ -42,17 +48,19 @@ from zmesh.core.ownership_events import (
     RemoveBorrower,
     RemoveLocal,
     RemoveSubmitted,
-    ReportedBorrow,
+    SendAnswer,
     TakeReturned,
     Verdict,
 )
+from zmesh.core.ownership_lending import LendingRules
 
 __all__ = [
-    "AddBorrower", "AddLocal", "AddSubmitted", "BorrowerGone", "Event", "Action", "Escaped", "Free",
-    "FailBorrowed", "HandOff", "HandedOff", "HoldBorrowed", "HoldContained", "Lend", "LendDone",
+    "AckNote", "AddBorrower", "AddLocal", "AddSubmitted", "AskBorrower", "BorrowNote",
+    "BorrowerGone", "Event", "Action", "Escaped", "Free", "FailBorrowed", "HandOff", "HandedOff",
+    "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "NoteAcked", "NoteBorrow",
     "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
     "ReadFailed", "RefuseBorrow", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
-    "RemoveSubmitted", "ReportedBorrow", "TakeReturned", "Verdict",
+    "RemoveSubmitted", "SendAnswer", "TakeReturned", "Verdict",
 ]
 
 
@@ -68,14 +76,13 @@ class Record(msgspec.Struct):
     contained: tuple[bytes, ...] = ()
     held: tuple[bytes, ...] = ()
     lent: int = 0  # open lends of it (returned to a caller that has not taken it over yet)
-    via: tuple[str, ...] = ()  # callers we told we keep this borrowed ref (they keep theirs)
 
     def in_use(self) -> bool:
         return bool(self.local or self.submitted or self.borrowers or self.escaped
                     or self.lent)
 
 
-class Ownership:
+class Ownership(LendingRules):
     """The ownership machine of one process at `address`; `handle(event) -> actions`."""
 
     def __init__(self, address: str, log_size: int = 10_000,
@@ -90,6 +97,11 @@ class Ownership:
         # token -> (borrower, the objects still lent): refs returned to a caller, kept until
         # their owner says the caller took them over (or refused them)
         self.lends: dict[bytes, tuple[str, list[bytes]]] = {}
+        # (the hand-off's state: see ownership_lending.LendingRules)
+        self.noted: dict[bytes, tuple[str, dict[bytes, bytes], set[int]]] = {}
+        self.awaiting: dict[bytes, dict[int, NoteBorrow]] = {}
+        self.gone: list[tuple[str, str]] = []
+        self._seq = 0
         # (event, actions); the fast paths log (event name, *its fields) instead, which
         # story() turns back into the event: no event object per ref on the hot path.
         self.log: deque[tuple[Any, ...]] = deque(maxlen=log_size)
@@ -158,7 +170,7 @@ class Ownership:
         if rec is not None:
             rec.local -= 1
             if not (rec.local or rec.submitted or rec.borrowers or rec.escaped or rec.lent):
-                if rec.contained or rec.held or rec.via:
+                if rec.contained or rec.held:
                     out: list[Action] = []
                     self._maybe_free(object_id, out)
                     self.log.append((RemoveLocal(object_id), tuple(out)))
@@ -197,6 +209,8 @@ class Ownership:
                 self._maybe_free(oid, out)
 
     def _add_borrower(self, e: AddBorrower, out: list[Action]) -> None:
+        if self.gone and self._is_gone(e.borrower):  # (news it sent before it died)
+            return
         for oid in e.object_ids:
             rec = self.records.get(oid)
             if rec is not None:
@@ -224,9 +238,9 @@ class Ownership:
             if gone:
                 rec.borrowers -= gone
                 self._maybe_free(oid, out)
-        for token, (borrower, _) in list(self.lends.items()):  # it takes over nothing now
-            if borrower == address or (prefix and borrower.startswith(prefix)):
-                self._end_lend(token, None, out)
+        self.gone.append((address, prefix))
+        self._lends_of_gone(
+            lambda a: a == address or bool(prefix and a.startswith(prefix)), out)
 
     def _escaped(self, e: Escaped, out: list[Action]) -> None:
         for oid in e.object_ids:
@@ -242,55 +256,6 @@ class Ownership:
                 inner_rec = self.records.get(i)
                 if inner_rec is not None:
                     inner_rec.submitted += 1
-
-    def _lend(self, e: Lend, out: list[Action]) -> None:
-        kept = [oid for oid in e.object_ids if oid in self.records]
-        for oid in kept:
-            self.records[oid].lent += 1
-        if kept:
-            _, already = self.lends.setdefault(e.token, (e.borrower, []))
-            already.extend(kept)
-
-    def _lend_done(self, e: LendDone, out: list[Action]) -> None:
-        self._end_lend(e.token, e.object_ids, out)
-
-    def _take_returned(self, e: TakeReturned, out: list[Action]) -> None:
-        host = self.records.get(e.outer)
-        if e.owner == self.address:  # ours: we settle the lend ourselves, once we hold them
-            if host is not None:
-                mine = tuple(i for i in e.inner if i in self.records)  # (a freed one is gone)
-                for i in mine:
-                    self.records[i].local += 1
-                host.held = host.held + mine
-            out.append(ReleaseLender(e.lender, e.token, e.inner))
-            return
-        if host is None:  # nobody can read the value: refuse (the lender's hold ends)
-            out.append(HandOff(e.owner, e.inner, e.lender, e.token, False))
-            return
-        for i in e.inner:
-            rec = self.records.get(i)
-            if rec is None:
-                rec = self.records[i] = self._record(e.owner, False)
-            rec.local += 1
-        host.held = host.held + e.inner
-        out.append(HandOff(e.owner, e.inner, e.lender, e.token, True))
-
-    def _reported_borrow(self, e: ReportedBorrow, out: list[Action]) -> None:
-        for oid in e.object_ids:
-            rec = self.records.get(oid)
-            if rec is not None and not rec.owned and rec.owner != e.to \
-                    and e.to not in rec.via:
-                rec.via = rec.via + (e.to,)
-
-    def _handed_off(self, e: HandedOff, out: list[Action]) -> None:
-        if e.take:
-            for oid in e.object_ids:
-                rec = self.records.get(oid)
-                if rec is not None and rec.owned:
-                    if rec.borrowers is None:
-                        rec.borrowers = set()
-                    rec.borrowers.add(e.borrower)
-        out.append(ReleaseLender(e.lender, e.token, e.object_ids))
 
     def _on_hold_borrowed(self, e: HoldBorrowed, out: list[Action]) -> None:
         self._hold_borrowed(e.outer, e.inner, e.owner, out)
@@ -319,7 +284,7 @@ class Ownership:
         if rec is None or rec.in_use():
             return
         del self.records[oid]
-        out.append(Free(oid, rec.owner, rec.owned, rec.held, rec.via))
+        out.append(Free(oid, rec.owner, rec.owned, rec.held))
         for i in rec.contained:  # values inside an owned value were held like arguments
             inner = self.records.get(i)
             if inner is not None:
@@ -330,23 +295,6 @@ class Ownership:
             if inner is not None:
                 inner.local -= 1
                 self._maybe_free(i, out)
-
-    def _end_lend(self, token: bytes, object_ids: tuple[bytes, ...] | None,
-                  out: list[Action]) -> None:
-        """Stop keeping `object_ids` (None: all) of lend `token` (each id once)."""
-        lend = self.lends.get(token)
-        if lend is None:  # settled already (a repeated answer's hand-off)
-            return
-        left = lend[1]
-        ended = list(left) if object_ids is None else [i for i in object_ids if i in left]
-        for oid in ended:
-            left.remove(oid)
-            rec = self.records.get(oid)
-            if rec is not None:
-                rec.lent -= 1
-                self._maybe_free(oid, out)
-        if not left:
-            del self.lends[token]
 
     def _hold_borrowed(self, outer: tuple[bytes, ...], inner: tuple[bytes, ...], owner: str,
                        out: list[Action]) -> None:
@@ -402,6 +350,7 @@ class Ownership:
             ended = tuple(i for i in left if i in self.records and dead(self.records[i].owner))
             if ended:
                 self._end_lend(token, ended, out)
+        self._answers_of_dead_owners(dead, out)
         for oid, rec in self.records.copy().items():  # (see _borrower_gone)
             if not rec.owned and dead(rec.owner):
                 out.append(FailBorrowed(oid, why))
@@ -414,7 +363,6 @@ class Ownership:
             assert rec.local >= 0 and rec.submitted >= 0, \
                 f"{oid.hex()} has a negative count\n{self.story(oid)}"
             assert rec.owned == (rec.owner == self.address), f"{oid.hex()} owner mixed up"
-            assert not (rec.owned and rec.via), f"{oid.hex()} is ours, yet reported as kept"
             assert rec.lent >= 0, f"{oid.hex()} has a negative lend count\n{self.story(oid)}"
         lent: dict[bytes, int] = {}
         for token, (_, left) in self.lends.items():
@@ -424,6 +372,7 @@ class Ownership:
         for oid, rec in self.records.items():
             assert rec.lent == lent.get(oid, 0), \
                 f"{oid.hex()} lent {rec.lent} times, {lent.get(oid, 0)} open lends\n{self.story(oid)}"
+        self._check_lends()
         for owner, oids in self.probing.items():
             assert oids, f"an empty probe of {owner}"
             assert not self._owner_death(owner), f"probing {owner}, known dead"
@@ -471,5 +420,6 @@ _RULES = {
     OwnerDied: Ownership._on_owner_died,
     OwnerAnswered: Ownership._owner_answered, ProbeTimedOut: Ownership._probe_timed_out,
     Lend: Ownership._lend, LendDone: Ownership._lend_done, TakeReturned: Ownership._take_returned,
-    HandedOff: Ownership._handed_off, ReportedBorrow: Ownership._reported_borrow,
+    HandedOff: Ownership._handed_off, KeepBorrowed: Ownership._keep_borrowed,
+    BorrowNote: Ownership._borrow_note, NoteAcked: Ownership._note_acked,
 }

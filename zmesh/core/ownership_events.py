@@ -10,10 +10,13 @@ from __future__ import annotations
 import msgspec
 
 __all__ = [
+    "AckNote",
     "Action",
     "AddBorrower",
     "AddLocal",
     "AddSubmitted",
+    "AskBorrower",
+    "BorrowNote",
     "BorrowerGone",
     "Escaped",
     "Event",
@@ -23,8 +26,11 @@ __all__ = [
     "HandedOff",
     "HoldBorrowed",
     "HoldContained",
+    "KeepBorrowed",
     "Lend",
     "LendDone",
+    "NoteAcked",
+    "NoteBorrow",
     "OwnerAnswered",
     "OwnerDied",
     "OwnerNodeDied",
@@ -36,7 +42,7 @@ __all__ = [
     "RemoveBorrower",
     "RemoveLocal",
     "RemoveSubmitted",
-    "ReportedBorrow",
+    "SendAnswer",
     "TakeReturned",
     "Verdict",
 ]
@@ -113,13 +119,17 @@ class HoldBorrowed(msgspec.Struct):
 
 
 class Lend(msgspec.Struct):
-    """We returned refs to `object_ids` (others' objects) inside the returns of a task to
-    `borrower`: keep them until their owner says `borrower` took them over or refused them
-    (`LendDone` of `token`)."""
+    """We returned refs to `object_ids` (others' objects; `outers[i]`: the return that holds
+    `object_ids[i]`) inside the returns of a task to `borrower`. Those `borrower` owns we
+    keep until it says it holds them (`LendDone` of `token`); for the others we tell their
+    owner first (`NoteBorrow`), and the answer waits for its `NoteAcked` (`SendAnswer`):
+    the owner then keeps them for `borrower` whatever becomes of us."""
 
     token: bytes
     object_ids: tuple[bytes, ...]
     borrower: str
+    outers: tuple[bytes, ...] = ()
+    note: bool = True  # False: keep them all until their owners settle (no answer waits)
 
 
 class LendDone(msgspec.Struct):
@@ -153,12 +163,37 @@ class HandedOff(msgspec.Struct):
     take: bool
 
 
-class ReportedBorrow(msgspec.Struct):
-    """A task we ran for `to` ended and we still hold these refs it gave us: we told `to`
-    (it keeps its own ref for us), so when we let go we tell `to` as well as the owner."""
+class KeepBorrowed(msgspec.Struct):
+    """Our work of lend `token` ended and we still hold these borrowed refs its caller gave
+    us (owned by neither of us): tell their owners we borrow them ourselves (`NoteBorrow`
+    with us as borrower) before the answer goes; after it, the caller lets go of its own."""
 
+    token: bytes
     object_ids: tuple[bytes, ...]
-    to: str
+
+
+class BorrowNote(msgspec.Struct):
+    """(At the owner) `lender` is about to hand our objects `object_ids` (in its returns
+    `outers`, parallel) to `borrower` in lend `token`: keep them for `borrower` until it
+    took them over or refused them (`HandedOff`), or died; if `lender` dies first, ask
+    `borrower` to settle (`AskBorrower`). `borrower == lender`: it keeps them itself past
+    its work (register it). Acknowledged (`AckNote`): its answer waits for that."""
+
+    token: bytes
+    object_ids: tuple[bytes, ...]
+    outers: tuple[bytes, ...]
+    borrower: str
+    lender: str
+    seq: int = 0  # the lender's number of the note: a repeated note is acknowledged again
+
+
+class NoteAcked(msgspec.Struct):
+    """`owner` acknowledged our `NoteBorrow` number `seq` of lend `token` (a repeated
+    acknowledgement, or one from another process, counts for nothing)."""
+
+    token: bytes
+    seq: int
+    owner: str
 
 
 class ReadFailed(msgspec.Struct):
@@ -198,20 +233,18 @@ class ProbeTimedOut(msgspec.Struct):
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
          | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
          | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff
-         | ReportedBorrow)
+         | KeepBorrowed | BorrowNote | NoteAcked)
 
 
 # -- actions --------------------------------------------------------------------------------
 class Free(msgspec.Struct):
     """Nothing holds the object any more: free its copies (owned) or tell its owner we stop
-    borrowing it (and the callers in `via`, which we told we kept it); the objects in `held`
-    were borrowed for its value and are released too."""
+    borrowing it; the objects in `held` were borrowed for its value and are released too."""
 
     object_id: bytes
     owner: str
     owned: bool
     held: tuple[bytes, ...]
-    via: tuple[str, ...] = ()
 
 
 class RefuseBorrow(msgspec.Struct):
@@ -242,6 +275,45 @@ class ReleaseLender(msgspec.Struct):
     object_ids: tuple[bytes, ...]
 
 
+class NoteBorrow(msgspec.Struct):
+    """Tell `owner` that `borrower` is about to get `object_ids` (in our returns `outers`)
+    through our lend `token` (or, `borrower` being us, that we keep them past our work):
+    the answer of `token` goes once it acknowledged (`SendAnswer`)."""
+
+    owner: str
+    token: bytes
+    object_ids: tuple[bytes, ...]
+    outers: tuple[bytes, ...]
+    borrower: str
+    seq: int = 0  # our number of it (its acknowledgement names it; sent again if lost)
+
+
+class SendAnswer(msgspec.Struct):
+    """Every owner told of lend `token` acknowledged (or died): its answer may go now."""
+
+    token: bytes
+
+
+class AckNote(msgspec.Struct):
+    """(At the owner) tell `lender` we keep what its lend `token` hands over (note `seq`)."""
+
+    lender: str
+    token: bytes
+    seq: int = 0
+
+
+class AskBorrower(msgspec.Struct):
+    """(At the owner) `lender` died before `borrower` settled its lend `token`: ask
+    `borrower` to settle it now (it takes `object_ids` over while their returns `outers`
+    live, else refuses), as if the answer had come."""
+
+    borrower: str
+    token: bytes
+    object_ids: tuple[bytes, ...]
+    outers: tuple[bytes, ...]
+    lender: str
+
+
 class FailBorrowed(msgspec.Struct):
     """A borrowed object waiting for its value: its owner died, so it never comes."""
 
@@ -263,4 +335,5 @@ class Verdict(msgspec.Struct):
     why: str
 
 
-Action = Free | RefuseBorrow | FailBorrowed | ProbeOwner | Verdict | HandOff | ReleaseLender
+Action = (Free | RefuseBorrow | FailBorrowed | ProbeOwner | Verdict | HandOff | ReleaseLender
+          | NoteBorrow | SendAnswer | AckNote | AskBorrower)

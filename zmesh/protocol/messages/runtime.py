@@ -429,6 +429,38 @@ class LendSettled(Message, tag=75):
     object_ids: list[bytes]
 
 
+class NoteBorrow(Message, tag=62):
+    """Worker -> an object's owner, before the worker's answer goes: `borrower` (the
+    caller) is about to get refs to your objects `object_ids` (in its returns `outers`,
+    parallel) through our lend `token`; keep them for it until it hands off (HandOffBorrow)
+    or dies. `borrower` being the sender: it keeps them itself past its work (register it).
+    Answered by BorrowNoted; the worker's answer waits for that."""
+
+    token: bytes
+    object_ids: list[bytes]
+    outers: list[bytes]
+    borrower: str
+    seq: int = 0  # the worker's number of this note (sent again until acknowledged)
+
+
+class BorrowNoted(Message, tag=63):
+    """Owner -> worker: we keep what lend `token` hands over (note `seq`; its answer may go)."""
+
+    token: bytes
+    seq: int = 0
+
+
+class AskHandOff(Message, tag=64):
+    """Owner -> caller: `lender` died before you settled its lend `token` of our
+    `object_ids` (in your returns `outers`): take them over while those returns live, or
+    refuse them, as if its answer had come (HandOffBorrow)."""
+
+    token: bytes
+    object_ids: list[bytes]
+    outers: list[bytes]
+    lender: str
+
+
 class PinObject(Message, tag=59):
     """A reader maps a stored object: keep it in place (restore it if spilled); AllocReply.
 

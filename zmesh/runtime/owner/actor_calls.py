@@ -370,7 +370,9 @@ class ActorCaller:
             rec.class_name = msg.class_name
         if msg.state in ("dead", "restarting") and rec.address:
             # its worker is gone, and with it whatever it borrowed from us
-            self.client.objects.handle(BorrowerGone(rec.address))
+            asks = self.client.objects.handle(BorrowerGone(rec.address))
+            if asks:  # (the owner asks the callers of lends it made to settle them)
+                self.client.lending.carry(asks)
         event: Event
         if msg.state == "alive":
             rec.incarnation = msg.restarts

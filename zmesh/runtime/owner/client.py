@@ -406,7 +406,8 @@ class CoreClient:
                   ) if msg.ipc_dir else None
         why = f"its owner lived on node {msg.node_id}, which {msg.why}"
         self.owner_probe.feed(OwnerNodeDied(msg.address, prefix or "", why))
-        self.objects.handle(BorrowerGone(msg.address, prefix or ""))
+        # (the owner asks the callers of a dead lender to settle its lends)
+        self.lending.carry(self.objects.handle(BorrowerGone(msg.address, prefix or "")))
 
     def _free_needs_loop(self, object_id: bytes, entry: ObjectEntry) -> bool:
         """False when `_on_free` would do nothing for this object (an owned inline value)."""
@@ -423,12 +424,9 @@ class CoreClient:
             self.actors.out_of_scope(self.actors.lives.pop(object_id))
             return
         if not entry.owned:
-            # the owner ignores a borrower it never registered, so this is always safe; the
-            # callers we told we kept it (`via`) keep their refs for us until they hear it
-            gone = m.RemoveBorrowers(object_ids=[object_id], borrower=self.address)
-            self.loop.send(entry.owner, gone)
-            for caller in entry.via:
-                self.loop.send(caller, gone)
+            # the owner ignores a borrower it never registered, so this is always safe
+            self.loop.send(entry.owner, m.RemoveBorrowers(object_ids=[object_id],
+                                                          borrower=self.address))
             return
         value = entry.value
         if value is not None and value.loc is not None:

@@ -1,15 +1,16 @@
 """The shell of the ownership core's hand-off of borrowed refs that a task returns.
 
-A worker that returns a ref to another process's object (it borrows it) keeps its borrow
-(`Lend`) until the caller has taken the ref over: the caller holds it while the return lives
-(`TakeReturned`) and tells the owner (`HandOffBorrow`), which registers the caller as a
-borrower and only then tells the worker (`LendSettled`) to stop keeping it. A caller that no
-longer holds the return refuses through the owner too, so every release of the worker's hold
-comes after whatever the caller told the owner before. A ref the caller owns itself is lent
-too (the worker's own borrow of it may be registered: let go before the result came, it
-could free the object first); the caller, its owner, holds it while the return lives and
-settles the lend itself.
-The decisions are the core's; this module only turns its actions into messages.
+A worker that returns a ref to a third process's object (it borrows it) tells the owner
+first (`NoteBorrow`) and sends its answer only once the owner acknowledged (`BorrowNoted`):
+the owner keeps the object for the caller from then on, whatever becomes of the worker. The
+caller holds the ref while the return lives (`TakeReturned`) and tells the owner
+(`HandOffBorrow`), which registers it as a borrower and ends its keeping; a caller that no
+longer holds the return refuses the same way. If the worker dies before the caller settled,
+the owner asks the caller to (`AskHandOff`): the answer may have been lost with it. A ref
+the caller owns itself is lent by the worker (it keeps its borrow: let go before the result
+came, it could free the object first); the caller holds it while the return lives and
+settles the lend itself (`LendSettled`). Rules in `zmesh.core.ownership_lending`; this
+module only turns the core's actions into messages, and holds answers back until they may go.
 """
 
 from __future__ import annotations
@@ -19,16 +20,23 @@ from typing import Any
 
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.ownership import (
+    AckNote,
     Action,
+    AskBorrower,
+    BorrowNote,
     FailBorrowed,
     Free,
     HandedOff,
     HandOff,
+    KeepBorrowed,
     Lend,
     LendDone,
+    NoteAcked,
+    NoteBorrow,
     ProbeOwner,
     RefuseBorrow,
     ReleaseLender,
+    SendAnswer,
     TakeReturned,
     Verdict,
 )
@@ -36,6 +44,9 @@ from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.ids import IdGen
 
 __all__ = ["Lending", "lend_token"]
+
+NOTE_PATIENCE_S = 2.0  # an answer held back this long sends its notes again and checks
+# that the owners it waits for live
 
 
 def lend_token(task_id: bytes, attempt: int) -> bytes:
@@ -48,18 +59,73 @@ class Lending:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        # lend token -> (to, answer): answers that wait for owners to acknowledge our notes
+        self._parked: dict[bytes, tuple[str, m.TaskResult]] = {}
+        self._watched: set[bytes] = set()  # tokens whose unanswered notes a timer watches
 
     def register(self, loop: Any) -> None:
         loop.on(m.HandOffBorrow, self._on_hand_off)
         loop.on(m.LendSettled, self._on_settled)
+        loop.on(m.NoteBorrow, self._on_note)
+        loop.on(m.BorrowNoted, self._on_noted)
+        loop.on(m.AskHandOff, self._on_ask)
 
     # -- the worker: before its result goes ------------------------------------------------
     def lend(self, task_id: bytes, attempt: int, lent: Sequence[m.Lent], caller: str,
-             token: bytes | None = None) -> None:
-        """Keep the refs in `lent` until their owners say the caller took them over (any
-        thread; while the result still holds them, before it is sent)."""
-        ids = tuple(x.object_id for x in lent)  # (a Lend has no actions)
-        self.client.objects.handle(Lend(token or lend_token(task_id, attempt), ids, caller))
+             token: bytes | None = None, note: bool = True) -> None:
+        """Keep the refs in `lent` for the caller: the caller's own until it says it holds
+        them; for others' tell their owners (any thread; while the result still holds them,
+        before it is sent: `answer` then holds the answer back until the owners
+        acknowledged). `note` False: a sender that cannot hold its answer back keeps them
+        all itself until the owners settle, as before notes (a generator's items)."""
+        ids = tuple(x.object_id for x in lent)
+        outers = tuple(IdGen.object_id(task_id, x.index) for x in lent)
+        self.carry(self.client.objects.handle(Lend(
+            token or lend_token(task_id, attempt), ids, caller, outers, note)), threadsafe=True)
+
+    def keep(self, token: bytes, object_ids: tuple[bytes, ...]) -> None:
+        """We keep these borrowed argument refs past the work of lend `token`: tell their
+        owners (any thread, before the answer goes through `answer`)."""
+        self.carry(self.client.objects.handle(KeepBorrowed(token, object_ids)), threadsafe=True)
+
+    def answer(self, to: str, result: m.TaskResult) -> None:
+        """Send a task's answer (any thread): at once, unless it waits for owners to
+        acknowledge the notes of its lend (then it goes when they have)."""
+        self.client.loop.call_soon(self.answer_on_loop, to, result)
+
+    def answer_on_loop(self, to: str, result: m.TaskResult) -> None:
+        """`answer` on the loop thread (a resend of a kept answer too)."""
+        token = lend_token(result.task_id, result.attempt)
+        objects = self.client.objects
+        with objects.lock:
+            waits = token in objects.core.awaiting
+        if waits:
+            self._parked[token] = (to, result)  # (a resend replaces the same answer)
+        else:
+            self.client.loop.send(to, result)
+
+    def _watch(self, token: bytes) -> None:
+        """(loop thread) Notes of `token` went: see that they are answered."""
+        if token not in self._watched:
+            self._watched.add(token)
+            self.client.loop.call_later(NOTE_PATIENCE_S, lambda: self._overdue(token))
+
+    def _overdue(self, token: bytes) -> None:
+        """Notes still unanswered (an answer held back): send
+        them again (a note or its acknowledgement may have been lost with a connection) and
+        check that their owners live (one that died acknowledges nothing; its death lets
+        what waits go on)."""
+        with self.client.objects.lock:
+            notes = list(self.client.objects.core.awaiting.get(token, {}).values())
+        if not notes:
+            self._watched.discard(token)
+            return
+        again: list[Action] = []
+        again.extend(notes)
+        self.carry(again)
+        for owner in sorted({note.owner for note in notes}):
+            self.client.owner_probe.check_alive(owner)
+        self.client.loop.call_later(NOTE_PATIENCE_S, lambda: self._overdue(token))
 
     # -- the caller: a result came (loop thread) --------------------------------------------
     def take(self, sender: str, msg: m.TaskResult) -> None:
@@ -79,6 +145,15 @@ class Lending:
             self.carry(self.client.objects.handle(TakeReturned(
                 outer, tuple(ids), owner, sender, outer if token is None else token)))
 
+    def _on_ask(self, sender: str, msg: m.AskHandOff, bufs: list[Any]) -> None:
+        """The owner asks us to settle a dead worker's lend: as if its answer had come."""
+        groups: dict[bytes, list[bytes]] = {}
+        for oid, outer in zip(msg.object_ids, msg.outers, strict=False):
+            groups.setdefault(outer, []).append(oid)
+        for outer, ids in groups.items():
+            self.carry(self.client.objects.handle(TakeReturned(
+                outer, tuple(ids), sender, msg.lender, msg.token)))
+
     # -- the owner, and the lender's release (loop thread) --------------------------------
     def _on_hand_off(self, sender: str, msg: m.HandOffBorrow, bufs: list[Any]) -> None:
         self.carry(self.client.objects.handle(HandedOff(
@@ -87,10 +162,19 @@ class Lending:
     def _on_settled(self, sender: str, msg: m.LendSettled, bufs: list[Any]) -> None:
         self.carry(self.client.objects.handle(LendDone(msg.token, tuple(msg.object_ids))))
 
-    def carry(self, actions: list[Action]) -> None:
-        """Send what the core decided (loop thread: in order with this thread's other sends,
-        so a hand-off reaches the owner before any later RemoveBorrowers of ours)."""
-        send = self.client.loop.send
+    def _on_note(self, sender: str, msg: m.NoteBorrow, bufs: list[Any]) -> None:
+        self.carry(self.client.objects.handle(BorrowNote(
+            msg.token, tuple(msg.object_ids), tuple(msg.outers), msg.borrower, sender, msg.seq)))
+
+    def _on_noted(self, sender: str, msg: m.BorrowNoted, bufs: list[Any]) -> None:
+        self.carry(self.client.objects.handle(NoteAcked(msg.token, msg.seq, sender)))
+
+    def carry(self, actions: list[Action], threadsafe: bool = False) -> None:
+        """Send what the core decided (loop thread, or `threadsafe` from another: in order
+        with this process's other sends, so a hand-off or a note reaches the owner before
+        any later RemoveBorrowers of ours)."""
+        loop = self.client.loop
+        send = loop.send_threadsafe if threadsafe else loop.send
         for action in actions:
             match action:
                 case HandOff(owner, ids, lender, token, take):
@@ -98,7 +182,29 @@ class Lending:
                                                 lender=lender, token=token, take=take))
                 case ReleaseLender(lender, token, ids):
                     send(lender, m.LendSettled(token=token, object_ids=list(ids)))
+                case NoteBorrow(owner, token, ids, outers, borrower, seq):
+                    send(owner, m.NoteBorrow(token=token, object_ids=list(ids),
+                                             outers=list(outers), borrower=borrower, seq=seq))
+                    if threadsafe:
+                        loop.call_soon(self._watch, token)
+                    else:
+                        self._watch(token)
+                case AckNote(lender, token, seq):
+                    send(lender, m.BorrowNoted(token=token, seq=seq))
+                case AskBorrower(borrower, token, ids, outers, lender):
+                    send(borrower, m.AskHandOff(token=token, object_ids=list(ids),
+                                                outers=list(outers), lender=lender))
+                case SendAnswer(token):
+                    if threadsafe:
+                        loop.call_soon(self._release, token)
+                    else:
+                        self._release(token)
                 case Free() | RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict():
                     pass  # Free: carried by the object table; the others come of other events
                 case _:
                     assert_never(action)
+
+    def _release(self, token: bytes) -> None:
+        parked = self._parked.pop(token, None)
+        if parked is not None:
+            self.client.loop.send(*parked)

@@ -14,8 +14,10 @@ from typing import Any
 
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.ownership import (
+    AckNote,
     Action,
     AddBorrower,
+    AskBorrower,
     Escaped,
     Event,
     FailBorrowed,
@@ -23,12 +25,14 @@ from zmesh.core.ownership import (
     HandOff,
     HoldBorrowed,
     HoldContained,
+    NoteBorrow,
     Ownership,
     ProbeOwner,
     Record,
     RefuseBorrow,
     ReleaseLender,
     RemoveBorrower,
+    SendAnswer,
     TakeReturned,
     Verdict,
 )
@@ -88,7 +92,8 @@ class ObjectTable:
                     if entry is not None:  # (its `held` is the Free's: it is the record)
                         freed.append((oid, entry))
                 case (RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict() | HandOff()
-                      | ReleaseLender()):
+                      | ReleaseLender() | NoteBorrow() | SendAnswer() | AckNote()
+                      | AskBorrower()):
                     pass  # the caller's to carry out
                 case _:
                     assert_never(action)

@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from zmesh.core.exhaustive import assert_never
 from zmesh.core.ownership import (
+    AckNote,
     Action,
+    AskBorrower,
     Event,
     FailBorrowed,
     Free,
     HandOff,
+    NoteBorrow,
     OwnerAnswered,
     OwnerDied,
     ProbeOwner,
@@ -35,6 +38,7 @@ from zmesh.core.ownership import (
     ReadFailed,
     RefuseBorrow,
     ReleaseLender,
+    SendAnswer,
     Verdict,
 )
 from zmesh.errors import OwnerDiedError
@@ -75,6 +79,7 @@ class OwnerProbe:
         self._watch_pings: dict[int, str] = {}  # the latest ping seq (negative) -> owner
         self._last_tick: dict[str, float] = {}
         self._asked: dict[str, float] = {}  # watched owner -> when we last asked for values
+        self._checks: dict[int, str] = {}  # ping seq (negative) -> owner we check is alive
         loop = client.loop
         loop.on(Ping, self._on_ping)
         loop.on(Pong, self._on_pong)
@@ -118,6 +123,8 @@ class OwnerProbe:
                     self._probe(owner)
                 case Free() | RefuseBorrow() | HandOff() | ReleaseLender():
                     pass  # carried out by the object table
+                case SendAnswer() | NoteBorrow() | AckNote() | AskBorrower():
+                    self.client.lending.carry([action])  # (answers no dead owner holds back)
                 case _:
                     assert_never(action)
 
@@ -132,6 +139,24 @@ class OwnerProbe:
         def expire() -> None:
             if self._probes.pop(seq, None) is not None:
                 self.feed(ProbeTimedOut(owner))
+
+        self.client.loop.call_later(self.timeout, expire)
+
+    def check_alive(self, owner: str) -> None:
+        """(loop thread) We wait on `owner` (an answer of ours held back for its
+        acknowledgement): one it cannot reach, or that does not answer a ping within the
+        peer timeout, died (`OwnerDied`: what waits on it goes on without it)."""
+        seq = -next(self._seqs)
+        self._checks[seq] = owner
+        if not self.client.loop.send(owner, Ping(seq=seq)):
+            self._checks.pop(seq, None)
+            self.feed(OwnerDied(owner, f"its owner {owner} cannot be reached"))
+            return
+
+        def expire() -> None:
+            if self._checks.pop(seq, None) is not None:
+                self.feed(OwnerDied(owner, f"its owner {owner} did not answer for "
+                                           f"{self.timeout:.0f}s"))
 
         self.client.loop.call_later(self.timeout, expire)
 
@@ -199,3 +224,4 @@ class OwnerProbe:
         owner = self._probes.pop(msg.seq, None)
         if owner is not None:
             self.feed(OwnerAnswered(owner))
+        self._checks.pop(msg.seq, None)  # (it lives: what waits on it keeps waiting)

@@ -30,6 +30,7 @@ from zmesh.ray_compat import install_if_requested
 from zmesh.runtime.args import unpack_args
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.owner.actor_calls import CANCELLED_CALL
+from zmesh.runtime.owner.lending import lend_token
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.values import NONE_VALUE
 from zmesh.runtime.worker import events, logs, streaming
@@ -102,13 +103,13 @@ class Executor:
         if run:
             self.work.put(msg)
         elif answer is not None:  # it ran: its result was lost on the way; send it again
-            self.client.loop.send(msg.owner, answer)
+            self.client.lending.answer_on_loop(msg.owner, answer)  # (or when it may go)
 
     def _on_call(self, sender: str, msg: m.ActorCall, bufs: list[Any]) -> None:
         if self.mailbox.released(msg.caller, msg.seq):  # sent again: it ran or runs
             answer, forgotten = self.replies.repeat(msg.task_id)
             if answer is not None:  # its answer was lost on the way: send it again
-                self.client.loop.send(msg.caller, answer)
+                self.client.lending.answer_on_loop(msg.caller, answer)  # (or when it may go)
             elif forgotten:  # it ran, and its answer is no longer kept: sent long ago and
                 # lost, or still stuck in a backed-up queue on the call thread's connection,
                 # which this error (sent by the loop) could overtake: give it a grace first
@@ -230,12 +231,12 @@ class Executor:
             self.running = b""
             if msg.num_returns >= 0:
                 returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
-                                               msg.owner, msg.attempt)
+                                               msg.owner, msg.attempt, refs)
                 result = None  # (what it holds is not kept by this worker any more)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
             returns = self.return_refs.error_returns(msg.task_id, msg.attempt, msg.owner,
-                                                     msg.name, exc, n, self.pid)
+                                                     msg.name, exc, n, self.pid, refs)
         finally:
             if code_env is not None:
                 runtime_env.leave(code_env)
@@ -263,7 +264,7 @@ class Executor:
         return m.Args(data=msg.args.data, refs=out)
 
     def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str,
-                        owner: str, attempt: int) -> list[m.Value]:
+                        owner: str, attempt: int, args: list[Any]) -> list[m.Value]:
         if num_returns == 1:
             if result is None:  # the commonest answer: no id made, no serializer run
                 return [NONE_VALUE]
@@ -282,7 +283,7 @@ class Executor:
                 nested_of.append((i, nested))
             out.append(value)
         if nested_of:
-            self.return_refs.hand_over(task_id, attempt, owner, nested_of)
+            self.return_refs.hand_over(task_id, attempt, owner, nested_of, args)
         return out
 
     def _reply(self, owner: str, task_id: bytes, returns: list[m.Value], refs: list[Any],
@@ -300,13 +301,15 @@ class Executor:
                 produced.popitem(last=False)
         events.recorder.end(task_id, ok)
         borrowed: list[bytes] = []
+        waits = False
         if refs:
-            borrowed = self.return_refs.still_held(refs, owner)
+            borrowed, waits = self.return_refs.still_held(refs, owner, lend_token(task_id, attempt))
         contained, lent = self.return_refs.pop(task_id)
         result = m.TaskResult(task_id=task_id, returns=returns, borrowed=borrowed,
                               contained=contained, attempt=attempt, lent=lent)
-        if borrowed or lent:  # before our later RemoveBorrowers to the owner: same connection
-            self.client.loop.send_threadsafe(owner, result)
+        if borrowed or lent or waits:  # before our later RemoveBorrowers to the owner (same
+            # connection); held back until the owners we told of refs handed on acknowledged
+            self.client.lending.answer(owner, result)
         else:
             self.client.send_direct(owner, result)
         if self.actor is not None:
@@ -378,7 +381,7 @@ class Executor:
             self.running = b""
             if call.num_returns >= 0:
                 returns = self._encode_returns(call.task_id, result, call.num_returns, name,
-                                               call.caller, call.attempt)
+                                               call.caller, call.attempt, refs)
                 result = None  # (what it holds is not kept by this worker any more)
         except ActorExit as exc:
             self.running = b""
@@ -388,7 +391,7 @@ class Executor:
             self.running = b""
             returns = self.return_refs.error_returns(call.task_id, call.attempt, call.caller,
                                                      name, exc, max(call.num_returns, 1),
-                                                     self.pid)
+                                                     self.pid, refs)
         self._reply(call.caller, call.task_id, returns, refs, call.attempt)
 
     def _reject(self, call: m.ActorCall, exc: BaseException) -> None:
@@ -486,7 +489,7 @@ class Executor:
                         None, lambda: method(*args, **kwargs))
                 if call.num_returns >= 0:
                     returns = self._encode_returns(call.task_id, result, call.num_returns,
-                                                   name, call.caller, call.attempt)
+                                                   name, call.caller, call.attempt, refs)
                     result = None  # (what it holds is not kept by this worker any more)
             except ActorExit as exc:
                 self._exit_actor(exc.why)
@@ -494,7 +497,7 @@ class Executor:
             except BaseException as exc:  # noqa: BLE001
                 returns = self.return_refs.error_returns(
                     call.task_id, call.attempt, call.caller, name, exc,
-                    max(call.num_returns, 1), self.pid)
+                    max(call.num_returns, 1), self.pid, refs)
         self._reply(call.caller, call.task_id, returns, refs, call.attempt)
 
     def _exit_actor(self, why: str) -> None:

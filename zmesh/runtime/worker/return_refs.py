@@ -8,9 +8,9 @@ running work. The rules are the ownership core's; see `zmesh.runtime.owner.lendi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from zmesh.core.ownership import ReportedBorrow
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime.worker.outcomes import error_value
 
@@ -33,10 +33,13 @@ class ReturnRefs:
         self._lent: dict[bytes, list[m.Lent]] = {}  # task id -> others' refs in its returns
 
     def hand_over(self, task_id: bytes, attempt: int, owner: str,
-                  nested_of: list[tuple[int, list[Any]]]) -> None:
+                  nested_of: list[tuple[int, list[Any]]], args: Sequence[Any] = ()) -> None:
         """Refs inside returns (by return index): the caller holds them while the return
         lives: ours it borrows from us, others' we lend it (while the result still holds
-        them: it lets go of them only after this)."""
+        them: it lets go of them only after this). Of those, the refs it gave us as
+        arguments it holds anyway until it has the answer: we keep them until it settles;
+        the others their owner keeps for it once told (the answer waits for that: then no
+        death of ours frees them under the caller)."""
         mine: list[bytes] = []
         lent: list[m.Lent] = []
         me = self.client.address
@@ -50,27 +53,36 @@ class ReturnRefs:
             self.client.objects.add_borrower(mine, owner)
             self._contained[task_id] = mine
         if lent:  # kept for the caller until it took them over
-            self.client.lending.lend(task_id, attempt, lent, owner)
+            given = {r.id for r in args}
+            mine_too = [x for x in lent if x.object_id in given]
+            if mine_too:
+                self.client.lending.lend(task_id, attempt, mine_too, owner, note=False)
+            if len(mine_too) < len(lent):
+                self.client.lending.lend(task_id, attempt,
+                                         [x for x in lent if x.object_id not in given], owner)
             self._lent[task_id] = lent
 
     def error_returns(self, task_id: bytes, attempt: int, owner: str, name: str,
-                      exc: BaseException, n: int, pid: int) -> list[m.Value]:
+                      exc: BaseException, n: int, pid: int, args: Sequence[Any] = ()
+                      ) -> list[m.Value]:
         """The error value of every return; refs the error holds are handed over to the
         caller as a return value's are (not pinned here for good)."""
         refs: list[Any] = []
         value = error_value(name, exc, pid, refs)
         if refs:
-            self.hand_over(task_id, attempt, owner, [(i, refs) for i in range(n)])
+            self.hand_over(task_id, attempt, owner, [(i, refs) for i in range(n)], args)
         return [value] * n
 
     def pop(self, task_id: bytes) -> tuple[list[bytes], list[m.Lent]]:
         """(our refs, others' refs) inside the answer of `task_id`, for its TaskResult."""
         return self._contained.pop(task_id, []), self._lent.pop(task_id, _NO_LENT)
 
-    def still_held(self, refs: list[Any], caller: str) -> list[bytes]:
+    def still_held(self, refs: list[Any], caller: str, token: bytes) -> tuple[list[bytes], bool]:
         """The borrowed argument refs we still hold now that the work is done (in state, in
-        tasks we passed them to, ...): the caller keeps its own for us until we let go.
-        Those it does not own we report to it as well as to their owner when we let go."""
+        tasks we passed them to, ...): (those the caller owns, which it keeps for us until we
+        let go, whether the answer (lend `token`) waits: the owners of the others are told
+        we borrow them ourselves (`KeepBorrowed`), and the caller lets go of its own once
+        it has the answer)."""
         me = self.client.address
         ids = {r.id for r in refs if r.owner != me}
         refs.clear()
@@ -80,5 +92,8 @@ class ReturnRefs:
             held = [oid for oid in ids if oid in entries and _held(entries[oid])]
             theirs = tuple(oid for oid in held if entries[oid].owner != caller)
             if theirs:
-                objects.handle(ReportedBorrow(theirs, caller))
-        return held
+                self.client.lending.keep(token, theirs)
+                waits = token in objects.core.awaiting
+            else:
+                waits = False
+        return [oid for oid in held if oid not in theirs], waits

@@ -136,7 +136,8 @@ class _Sender:
         lent = [m.Lent(index=self.count + 1, object_id=r.id, owner=r.owner)
                 for r in nested if r.owner != me]
         if lent:
-            self.client.lending.lend(self.task_id, 0, lent, self.owner, token=oid)
+            self.client.lending.lend(self.task_id, 0, lent, self.owner, token=oid,
+                                    note=False)  # (items are not held back)
         return mine, lent
 
     def error(self, exc: BaseException, error_of: ErrorOf) -> None:

@@ -1,0 +1,63 @@
+"""A borrowed ref handed on while processes die, on the simulated mesh: the object lives
+while a live process holds a ref to it, and goes once none does (see docs/architecture.md,
+"Borrowed refs a task returns"; the rules are checked interleaving by interleaving in
+tests/unit/core/test_ownership_lending.py)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import zmesh
+from zmesh.testing import sim_mesh
+from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+
+@zmesh.remote
+class Maker:
+    def make(self, v: int) -> list[Any]:
+        return [zmesh.put(v)]
+
+
+@zmesh.remote
+def fetch(maker: Any, v: int) -> Any:
+    return zmesh.get(maker.make.remote(v), timeout=60)[0]  # a ref it only borrows
+
+
+def _on(mesh: Any, name: str) -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node_id=mesh.nodes[name].node.node_id, soft=False)
+
+
+def _client_at(mesh: Any, address: str) -> Any:
+    for n in mesh.nodes.values():
+        for _, proc in n.pool.live():
+            if proc.client.address == address:
+                return proc.client
+    raise AssertionError(f"no live process at {address}")
+
+
+def test_the_lenders_node_killed_mid_hand_off_frees_nothing_under_the_caller() -> None:
+    # The driver (n0) gets a ref from a task on n1 that borrows it from an actor on n2. n1
+    # is killed once the answer came, while the driver's hand-off to the owner is still on
+    # its way (delayed 60 s; the driver sends the owner nothing else meanwhile: the link
+    # keeps its order). Before, the owner dropped the dead worker's borrow when it heard of
+    # the death and freed the object, and the driver's get failed with ObjectLostError
+    # ("was freed"); the owner now keeps it for the driver until the hand-off lands.
+    with sim_mesh(nodes=3, seed=3) as mesh:
+        maker = Maker.options(scheduling_strategy=_on(mesh, "n2")).remote()
+        assert zmesh.get(zmesh.get(maker.make.remote(0), timeout=30)[0], timeout=30) == 0
+        late = mesh.link_faults(delay=1.0, delay_range=(60.0, 60.1), kinds=["HandOffBorrow"])
+        back = zmesh.get(fetch.options(scheduling_strategy=_on(mesh, "n1")).remote(maker, 5),
+                         timeout=30)
+        objects = _client_at(mesh, back.owner).objects
+        owner, oid = objects.entries, back.id
+        mesh.kill_node("n1")
+        # the owner hears of n1's death (and drops the worker) while the hand-off waits
+        assert mesh.run_until(lambda: bool(objects.core.dead_owners), 55.0)
+        assert oid in owner  # kept for the driver
+        mesh.net.rules.remove(late)
+        mesh.advance(70.0)  # the delayed hand-offs land
+        assert zmesh.get(back, timeout=30) == 5
+        del back
+        gc.collect()
+        assert mesh.run_until(lambda: oid not in owner, timeout=30)

@@ -1,0 +1,257 @@
+"""The hand-off rules of the ownership core (`zmesh.core.ownership`): refs a process returns
+to a caller although it only borrows them, and what becomes of them when the lender, the
+borrower or the owner dies on the way.
+
+Three processes: a lender W (it returns others' refs inside a task's returns), the caller C
+(it gets them) and the owner O of the objects. W tells O first (`NoteBorrow`) and sends its
+answer only once O acknowledged (`SendAnswer`): from then on O keeps the objects for C
+(a lend of O's own, keyed by W's token) until C took them over or refused them (`HandedOff`),
+or died. So W's death at any moment frees nothing under C: before O's acknowledgement no
+answer went (C never holds them), after it O keeps them; if W died before C settled, O asks
+C to settle (`AskBorrower`), so a lost answer leaks nothing either. A ref C owns itself is
+lent by W (W keeps its borrow) and settled by C once it holds it; no other process is
+involved, and C's view of W's death comes after the answer (one connection, in order).
+
+A mixin: its state lives on `Ownership`, which also gives `_maybe_free` and `_owner_death`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from zmesh.core.ownership_events import (
+    AckNote,
+    Action,
+    AskBorrower,
+    BorrowNote,
+    HandedOff,
+    HandOff,
+    KeepBorrowed,
+    Lend,
+    LendDone,
+    NoteAcked,
+    NoteBorrow,
+    ReleaseLender,
+    SendAnswer,
+    TakeReturned,
+)
+
+if TYPE_CHECKING:
+    from zmesh.core.ownership import Record
+
+__all__ = ["LendingRules"]
+
+
+class LendingRules:
+    """The rules of lends, hand-offs and borrow notes (mixed into `Ownership`)."""
+
+    address: str
+    records: dict[bytes, Record]
+    _record: type[Record]
+    # token -> (borrower, the objects still lent): refs returned to a caller (or, at their
+    # owner, noted by a lender), kept until the caller took them over (or refused them)
+    lends: dict[bytes, tuple[str, list[bytes]]]
+    # (at an owner) token -> (lender, {object id: the return of the borrower holding it},
+    # the numbers of the notes kept) for the lends that lenders noted with us
+    noted: dict[bytes, tuple[str, dict[bytes, bytes], set[int]]]
+    # (at a lender) token -> {note number: the note, not yet acknowledged}: the answer waits
+    awaiting: dict[bytes, dict[int, NoteBorrow]]
+    _seq: int  # the number of our latest note
+    gone: list[tuple[str, str]]  # processes (address, ipc prefix) whose death we handled
+
+    def _maybe_free(self, oid: bytes, out: list[Action]) -> None:
+        raise NotImplementedError  # (Ownership's)
+
+    def _owner_death(self, owner: str) -> str:
+        raise NotImplementedError  # (Ownership's)
+
+    def _is_gone(self, address: str) -> bool:
+        return any(address == a or (p and address.startswith(p)) for a, p in self.gone)
+
+    # -- the lender ------------------------------------------------------------------------
+    def _lend(self, e: Lend, out: list[Action]) -> None:
+        kept: list[bytes] = []
+        notes: dict[str, list[int]] = {}
+        for i, oid in enumerate(e.object_ids):
+            rec = self.records.get(oid)
+            if rec is None or rec.owned:  # (ours: the caller borrows them from us instead)
+                continue
+            if not e.note:  # kept until settled (by the caller once it holds them, if it
+                # owns them; else by their owner once the caller took them over)
+                kept.append(oid)
+            elif not self._owner_death(rec.owner):  # (a dead owner's are lost anyway)
+                notes.setdefault(rec.owner, []).append(i)
+        for oid in kept:
+            self.records[oid].lent += 1
+        if kept:
+            _, already = self.lends.setdefault(e.token, (e.borrower, []))
+            already.extend(kept)
+        outers = e.outers if len(e.outers) == len(e.object_ids) else ()
+        for owner, idx in notes.items():
+            self._note(owner, e.token, tuple(e.object_ids[i] for i in idx),
+                       tuple(outers[i] for i in idx) if outers else (), e.borrower, out)
+
+    def _note(self, owner: str, token: bytes, ids: tuple[bytes, ...],
+              outers: tuple[bytes, ...], borrower: str, out: list[Action]) -> None:
+        self._seq += 1
+        note = NoteBorrow(owner, token, ids, outers, borrower, self._seq)
+        self.awaiting.setdefault(token, {})[self._seq] = note
+        out.append(note)
+
+    def _note_acked(self, e: NoteAcked, out: list[Action]) -> None:
+        waiting = self.awaiting.get(e.token)
+        if waiting is None:
+            return
+        note = waiting.get(e.seq)
+        if note is None or note.owner != e.owner:
+            return
+        del waiting[e.seq]
+        if not waiting:
+            del self.awaiting[e.token]
+            out.append(SendAnswer(e.token))
+
+    def _answers_of_dead_owners(self, dead: Callable[[str], bool], out: list[Action]) -> None:
+        """Owners that died acknowledge nothing: answers waiting only for them go."""
+        for token, waiting in list(self.awaiting.items()):
+            for seq in [n for n, note in waiting.items() if dead(note.owner)]:
+                del waiting[seq]
+            if not waiting:
+                del self.awaiting[token]
+                out.append(SendAnswer(token))
+
+    def _lend_done(self, e: LendDone, out: list[Action]) -> None:
+        self._end_lend(e.token, e.object_ids, out)
+
+    def _keep_borrowed(self, e: KeepBorrowed, out: list[Action]) -> None:
+        notes: dict[str, list[bytes]] = {}
+        for oid in e.object_ids:
+            rec = self.records.get(oid)
+            if rec is not None and not rec.owned and not self._owner_death(rec.owner):
+                notes.setdefault(rec.owner, []).append(oid)
+        for owner, ids in notes.items():
+            self._note(owner, e.token, tuple(ids), (), self.address, out)
+
+    # -- the caller --------------------------------------------------------------------------
+    def _take_returned(self, e: TakeReturned, out: list[Action]) -> None:
+        host = self.records.get(e.outer)
+        if e.owner == self.address:  # ours: we settle the lend ourselves, once we hold them
+            if host is not None:
+                mine = tuple(i for i in e.inner if i in self.records)  # (a freed one is gone)
+                for i in mine:
+                    self.records[i].local += 1
+                host.held = host.held + mine
+            lend = self.lends.get(e.token)
+            if e.token in self.noted and lend is not None and lend[0] == self.address:
+                self._end_lend(e.token, e.inner, out)  # we kept them: the lender let go
+            else:
+                out.append(ReleaseLender(e.lender, e.token, e.inner))
+            return
+        if host is None:  # nobody can read the value: refuse (the lender's hold ends)
+            out.append(HandOff(e.owner, e.inner, e.lender, e.token, False))
+            return
+        for i in e.inner:
+            rec = self.records.get(i)
+            if rec is None:
+                rec = self.records[i] = self._record(e.owner, False)
+            rec.local += 1
+        host.held = host.held + e.inner
+        out.append(HandOff(e.owner, e.inner, e.lender, e.token, True))
+
+    # -- the owner ---------------------------------------------------------------------------
+    def _borrow_note(self, e: BorrowNote, out: list[Action]) -> None:
+        out.append(AckNote(e.lender, e.token, e.seq))  # (to one taken for dead too: it may
+        # live)
+        if self._is_gone(e.lender):  # it died waiting for this: its answer never went
+            return
+        kept_already = self.noted.get(e.token)
+        if kept_already is not None and e.seq in kept_already[2]:
+            return  # a repeated note (our acknowledgement was lost): kept already
+        if e.borrower == e.lender:  # it keeps them itself: register it
+            for oid in e.object_ids:
+                rec = self.records.get(oid)
+                if rec is not None and rec.owned:
+                    if rec.borrowers is None:
+                        rec.borrowers = set()
+                    rec.borrowers.add(e.borrower)
+            return
+        if self._is_gone(e.borrower):  # it died: it takes nothing over
+            return
+        outers = e.outers if len(e.outers) == len(e.object_ids) else (b"",) * len(e.object_ids)
+        kept = [(oid, outer) for oid, outer in zip(e.object_ids, outers, strict=True)
+                if oid in self.records and self.records[oid].owned]
+        if not kept:
+            return
+        for oid, _ in kept:
+            self.records[oid].lent += 1
+        _, already = self.lends.setdefault(e.token, (e.borrower, []))
+        already.extend(oid for oid, _ in kept)
+        _, where, seqs = self.noted.setdefault(e.token, (e.lender, {}, set()))
+        where.update(kept)
+        seqs.add(e.seq)
+
+    def _handed_off(self, e: HandedOff, out: list[Action]) -> None:
+        if e.take and not self._is_gone(e.borrower):  # (a dead one's late news registers
+            # nothing: it borrows nothing now)
+            for oid in e.object_ids:
+                rec = self.records.get(oid)
+                if rec is not None and rec.owned:
+                    if rec.borrowers is None:
+                        rec.borrowers = set()
+                    rec.borrowers.add(e.borrower)
+        lend = self.lends.get(e.token)
+        if e.token in self.noted and lend is not None and lend[0] == e.borrower:
+            self._end_lend(e.token, e.object_ids, out)  # we kept them: the lender let go
+            return
+        out.append(ReleaseLender(e.lender, e.token, e.object_ids))
+
+    def _lends_of_gone(self, dead: Callable[[str], bool], out: list[Action]) -> None:
+        """Lends to processes that died end; noted lends whose lender died are settled by
+        their borrower, which we ask to (the answer may never have reached it)."""
+        for token, (borrower, _) in list(self.lends.items()):  # it takes over nothing now
+            if dead(borrower):
+                self._end_lend(token, None, out)
+        for token, (lender, where, _) in sorted(self.noted.items()):
+            if not dead(lender):
+                continue
+            borrower = self.lends[token][0]
+            ids = tuple(sorted(where))
+            outers = tuple(where[i] for i in ids)
+            if borrower != self.address:
+                out.append(AskBorrower(borrower, token, ids, outers, lender))
+                continue
+            for oid, outer in zip(ids, outers, strict=True):  # we are the borrower: settle
+                self._take_returned(TakeReturned(outer, (oid,), self.address, lender, token),
+                                    out)
+
+    # -- any ---------------------------------------------------------------------------------
+    def _end_lend(self, token: bytes, object_ids: tuple[bytes, ...] | None,
+                  out: list[Action]) -> None:
+        """Stop keeping `object_ids` (None: all) of lend `token` (each id once)."""
+        lend = self.lends.get(token)
+        if lend is None:  # settled already (a repeated answer's hand-off)
+            return
+        left = lend[1]
+        ended = list(left) if object_ids is None else [i for i in object_ids if i in left]
+        noted = self.noted.get(token)
+        for oid in ended:
+            left.remove(oid)
+            if noted is not None and oid not in left:
+                noted[1].pop(oid, None)
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.lent -= 1
+                self._maybe_free(oid, out)
+        if not left:
+            del self.lends[token]
+            self.noted.pop(token, None)
+
+    def _check_lends(self) -> None:
+        """The invariants of lends and notes (part of `Ownership.validate`)."""
+        for token, (lender, where, _) in self.noted.items():
+            assert where, f"an empty noted lend {token.hex()}"
+            assert token in self.lends, f"noted lend {token.hex()} of {lender} is not kept"
+            for oid in where:
+                assert oid in self.lends[token][1], f"noted {oid.hex()} is not lent"
+        for token, waiting in self.awaiting.items():
+            assert waiting, f"answer {token.hex()} waits for nothing"
