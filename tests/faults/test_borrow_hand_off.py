@@ -61,3 +61,58 @@ def test_the_lenders_node_killed_mid_hand_off_frees_nothing_under_the_caller() -
         del back
         gc.collect()
         assert mesh.run_until(lambda: oid not in owner, timeout=30)
+
+
+@zmesh.remote
+class Keeper:
+    def __init__(self) -> None:
+        self.ref: Any = None
+
+    def keep(self, box: list[Any]) -> None:
+        self.ref = box[0]  # a ref read out of an argument's value: this worker never held
+        # the value's own ref (the caller did, until it had the answer)
+
+    def read(self) -> Any:
+        return zmesh.get(self.ref, timeout=30)
+
+
+def test_a_ref_kept_from_inside_an_arguments_value_outlives_the_value() -> None:
+    # The keeper gets the value of `box` (a top-level ref argument) and keeps the ref inside
+    # it. Before, it reported nothing (only refs inside the arguments themselves were
+    # tracked): once the driver dropped `box` and `x`, x was freed under the keeper and its
+    # read failed with ObjectLostError. The keeper now reports it like any argument ref it
+    # keeps: the driver (x's owner) registers it from the answer; a third process's owner
+    # is told by the keeper itself before the answer goes.
+    with sim_mesh(nodes=2, seed=5) as mesh:
+        mine, theirs = Keeper.remote(), Keeper.remote()
+        maker = Maker.remote()
+        x = zmesh.put(41)
+        box = zmesh.put([x])
+        made = maker.make.remote(42)  # its value holds a ref the maker owns
+        zmesh.get([mine.keep.remote(box), theirs.keep.remote(made)], timeout=30)
+        del x, box, made
+        gc.collect()
+        mesh.advance(5.0)  # (every release lands)
+        assert zmesh.get(mine.read.remote(), timeout=30) == 41
+        assert zmesh.get(theirs.read.remote(), timeout=30) == 42
+
+
+@zmesh.remote
+class Boxer:
+    def box(self, v: int) -> list[Any]:
+        return [zmesh.put([zmesh.put(v)])]  # a put whose value holds another put: both ours
+
+
+def test_a_ref_read_out_of_a_borrowed_value_outlives_the_value() -> None:
+    # The driver borrows `outer` (the boxer owns it) and reads a ref out of its value; then
+    # it drops `outer`. Before, nothing registered the driver for the inner object: the
+    # boxer freed `outer`, and with it the inner object, under the driver (its get failed
+    # with ObjectLostError). The driver now registers with the inner's owner first.
+    with sim_mesh(nodes=2, seed=6) as mesh:
+        boxer = Boxer.remote()
+        outer = zmesh.get(boxer.box.remote(9), timeout=30)[0]
+        inner = zmesh.get(outer, timeout=30)[0]
+        del outer
+        gc.collect()
+        mesh.advance(5.0)  # (every release lands)
+        assert zmesh.get(inner, timeout=30) == 9

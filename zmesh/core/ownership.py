@@ -42,6 +42,7 @@ from zmesh.core.ownership_events import (
     OwnerNodeDied,
     ProbeOwner,
     ProbeTimedOut,
+    ReadBorrowed,
     ReadFailed,
     RefuseBorrow,
     ReleaseLender,
@@ -59,7 +60,7 @@ __all__ = [
     "BorrowerGone", "Event", "Action", "Escaped", "Free", "FailBorrowed", "HandOff", "HandedOff",
     "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "NoteAcked", "NoteBorrow",
     "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
-    "ReadFailed", "RefuseBorrow", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
+    "ReadBorrowed", "ReadFailed", "RefuseBorrow", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
     "RemoveSubmitted", "SendAnswer", "TakeReturned", "Verdict",
 ]
 
@@ -101,6 +102,7 @@ class Ownership(LendingRules):
         self.noted: dict[bytes, tuple[str, dict[bytes, bytes], set[int]]] = {}
         self.awaiting: dict[bytes, dict[int, NoteBorrow]] = {}
         self.gone: list[tuple[str, str]] = []
+        self.reading: set[bytes] = set()
         self._seq = 0
         # (event, actions); the fast paths log (event name, *its fields) instead, which
         # story() turns back into the event: no event object per ref on the hot path.
@@ -422,4 +424,5 @@ _RULES = {
     Lend: Ownership._lend, LendDone: Ownership._lend_done, TakeReturned: Ownership._take_returned,
     HandedOff: Ownership._handed_off, KeepBorrowed: Ownership._keep_borrowed,
     BorrowNote: Ownership._borrow_note, NoteAcked: Ownership._note_acked,
+    ReadBorrowed: Ownership._read_borrowed,
 }

@@ -36,6 +36,7 @@ __all__ = [
     "OwnerNodeDied",
     "ProbeOwner",
     "ProbeTimedOut",
+    "ReadBorrowed",
     "ReadFailed",
     "RefuseBorrow",
     "ReleaseLender",
@@ -172,6 +173,16 @@ class KeepBorrowed(msgspec.Struct):
     object_ids: tuple[bytes, ...]
 
 
+class ReadBorrowed(msgspec.Struct):
+    """We read the value of `outer` (borrowed) and it holds refs `inner` that we do not
+    own: register with their owners as borrowing them ourselves, and keep `outer` until they
+    have acknowledged (its value holds them for us until then; our ref to it may go at
+    once, and with it the value)."""
+
+    outer: bytes
+    inner: tuple[bytes, ...]
+
+
 class BorrowNote(msgspec.Struct):
     """(At the owner) `lender` is about to hand our objects `object_ids` (in its returns
     `outers`, parallel) to `borrower` in lend `token`: keep them for `borrower` until it
@@ -233,7 +244,7 @@ class ProbeTimedOut(msgspec.Struct):
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
          | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
          | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff
-         | KeepBorrowed | BorrowNote | NoteAcked)
+         | KeepBorrowed | BorrowNote | NoteAcked | ReadBorrowed)
 
 
 # -- actions --------------------------------------------------------------------------------

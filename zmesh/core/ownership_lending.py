@@ -32,6 +32,7 @@ from zmesh.core.ownership_events import (
     LendDone,
     NoteAcked,
     NoteBorrow,
+    ReadBorrowed,
     ReleaseLender,
     SendAnswer,
     TakeReturned,
@@ -57,6 +58,7 @@ class LendingRules:
     noted: dict[bytes, tuple[str, dict[bytes, bytes], set[int]]]
     # (at a lender) token -> {note number: the note, not yet acknowledged}: the answer waits
     awaiting: dict[bytes, dict[int, NoteBorrow]]
+    reading: set[bytes]  # tokens of reads whose value we keep until their notes are answered
     _seq: int  # the number of our latest note
     gone: list[tuple[str, str]]  # processes (address, ipc prefix) whose death we handled
 
@@ -109,7 +111,7 @@ class LendingRules:
         del waiting[e.seq]
         if not waiting:
             del self.awaiting[e.token]
-            out.append(SendAnswer(e.token))
+            self._noted_all(e.token, out)
 
     def _answers_of_dead_owners(self, dead: Callable[[str], bool], out: list[Action]) -> None:
         """Owners that died acknowledge nothing: answers waiting only for them go."""
@@ -118,7 +120,16 @@ class LendingRules:
                 del waiting[seq]
             if not waiting:
                 del self.awaiting[token]
-                out.append(SendAnswer(token))
+                self._noted_all(token, out)
+
+    def _noted_all(self, token: bytes, out: list[Action]) -> None:
+        """Every note of `token` acknowledged (or its owner dead): its answer may go, or the
+        value a read pinned may go."""
+        if token in self.reading:
+            self.reading.discard(token)
+            self._end_lend(token, None, out)
+        else:
+            out.append(SendAnswer(token))
 
     def _lend_done(self, e: LendDone, out: list[Action]) -> None:
         self._end_lend(e.token, e.object_ids, out)
@@ -131,6 +142,26 @@ class LendingRules:
                 notes.setdefault(rec.owner, []).append(oid)
         for owner, ids in notes.items():
             self._note(owner, e.token, tuple(ids), (), self.address, out)
+
+    # -- a reader of a value holding others' refs ------------------------------------------
+    def _read_borrowed(self, e: ReadBorrowed, out: list[Action]) -> None:
+        host = self.records.get(e.outer)
+        if host is None or host.owned:  # (ours holds them for us as long as we need them)
+            return
+        notes: dict[str, list[bytes]] = {}
+        for oid in e.inner:
+            rec = self.records.get(oid)
+            if rec is not None and not rec.owned and not self._owner_death(rec.owner):
+                notes.setdefault(rec.owner, []).append(oid)
+        if not notes:
+            return
+        self._seq += 1
+        token = b"read:" + e.outer + self._seq.to_bytes(8, "little")
+        host.lent += 1  # the value stays until the owners registered us (a lend to us)
+        self.lends[token] = (self.address, [e.outer])
+        self.reading.add(token)
+        for owner, ids in notes.items():
+            self._note(owner, token, tuple(ids), (), self.address, out)
 
     # -- the caller --------------------------------------------------------------------------
     def _take_returned(self, e: TakeReturned, out: list[Action]) -> None:
@@ -255,3 +286,5 @@ class LendingRules:
                 assert oid in self.lends[token][1], f"noted {oid.hex()} is not lent"
         for token, waiting in self.awaiting.items():
             assert waiting, f"answer {token.hex()} waits for nothing"
+        for token in self.reading:
+            assert token in self.awaiting and token in self.lends, f"a stale read {token.hex()}"

@@ -63,7 +63,9 @@ def unpack_args(packed: Args, read: values.Reader | None
     if not data:
         return (), {}, []
     if data == ONLY_REFS:
-        return tuple([_value(v, read) for v in packed.refs]), {}, []
+        with context.RefCollector() as inner:  # refs inside the values are the task's too
+            out = tuple([_value(v, read) for v in packed.refs])
+        return out, {}, inner.refs
     with context.RefCollector() as collected:
         raw: Any = registry.deserialize(values.unpack(data), trusted=True)
     a, k, slots = raw[0], raw[1], raw[2]
@@ -71,13 +73,16 @@ def unpack_args(packed: Args, read: values.Reader | None
     if packed.refs:
         spilled = raw[3] if len(raw) == 4 else -1
         resolved: list[Any] = []
-        for i, v in enumerate(packed.refs):
-            if i == spilled:  # the arguments themselves: refs inside are the task's too
-                with context.RefCollector() as inner:
+        # refs inside the values of top-level refs (and inside the spilled arguments) are
+        # the task's too: the caller holds those values until it has the answer, so the
+        # worker reports the ones it still holds then (it does not hold the values' refs)
+        with context.RefCollector() as inner:
+            for i, v in enumerate(packed.refs):
+                if i == spilled:
                     a, k, slots = _value(v, read)
-                refs = refs + inner.refs
-            else:
-                resolved.append(_value(v, read))
+                else:
+                    resolved.append(_value(v, read))
+        refs = refs + inner.refs
         for slot, value in zip(slots, resolved):
             if type(slot) is int:
                 a[slot] = value

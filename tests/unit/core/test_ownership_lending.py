@@ -684,3 +684,29 @@ def test_a_chain_link_dying_while_a_later_link_holds_the_ref_frees_nothing() -> 
     mesh.quiesce()
     assert not mesh.freed and X in mesh.cores[W2].records
     mesh.wind_down()
+
+
+# -- refs read out of a borrowed value -----------------------------------------------------------
+def test_a_reader_keeps_a_borrowed_value_until_the_refs_read_out_of_it_are_registered() -> None:
+    from zmesh.core.ownership import ReadBorrowed
+
+    p = Ownership(C)
+    p.handle(AddLocal(b"v", OWNER))
+    p.handle(AddLocal(X, W1))  # read out of v's value (owned by another process)
+    p.handle(AddLocal(b"y", C))  # (ours: nothing to register)
+    out = p.handle(ReadBorrowed(b"v", (X, b"y")))
+    assert len(out) == 1 and isinstance(out[0], NoteBorrow)
+    note = out[0]
+    assert (note.owner, note.object_ids, note.borrower) == (W1, (X,), C)
+    assert p.handle(RemoveLocal(b"v")) == []  # kept until its owner registered us
+    p.validate()
+    assert p.handle(NoteAcked(note.token, note.seq, W1)) == [Free(b"v", OWNER, False, ())]
+    assert not p.reading and not p.lends and not p.awaiting
+    p.validate()
+    # the owner of what we read died: nothing registers us, the value goes
+    p.handle(AddLocal(b"w", OWNER))
+    out = p.handle(ReadBorrowed(b"w", (X,)))
+    p.handle(RemoveLocal(b"w"))
+    from zmesh.core.ownership import OwnerDied
+    assert Free(b"w", OWNER, False, ()) in p.handle(OwnerDied(W1, "gone"))
+    p.validate()

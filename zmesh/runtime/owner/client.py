@@ -320,21 +320,22 @@ class CoreClient:
         else:  # one ref (the common case: no generator), or none
             first = vals[0] if vals else None
             if first is not None and first.loc is None and not first.is_error:
-                return [values.decode(first, None)]  # inline: nothing to read, or to lose
+                return [self.lending.decode(refs[0], first, None)]  # inline: nothing to
+                # read, or to lose
             failed = first if first is not None and first.is_error else None
         if failed is not None:  # as Ray: the first failure raises without waiting for the rest
             values.raise_if_error(failed, values.decode(failed, self.read))
         out = []
         for ref, v in zip(refs, vals):
             try:
-                obj = values.decode(v, self.read)
+                obj = self.lending.decode(ref, v, self.read)
             except ObjectLostError as exc:
                 rebuilt = self._rebuild_value(ref, deadline)
                 if rebuilt is None:
                     self._raise_if_owner_died(ref, exc, deadline)
                     raise
                 v = rebuilt
-                obj = values.decode(v, self.read)
+                obj = self.lending.decode(ref, v, self.read)
             out.append(values.raise_if_error(v, obj))
         return out
 

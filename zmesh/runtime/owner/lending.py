@@ -34,6 +34,7 @@ from zmesh.core.ownership import (
     NoteAcked,
     NoteBorrow,
     ProbeOwner,
+    ReadBorrowed,
     RefuseBorrow,
     ReleaseLender,
     SendAnswer,
@@ -41,6 +42,7 @@ from zmesh.core.ownership import (
     Verdict,
 )
 from zmesh.protocol.messages import runtime as m
+from zmesh.runtime import context, values
 from zmesh.runtime.ids import IdGen
 
 __all__ = ["Lending", "lend_token"]
@@ -111,7 +113,7 @@ class Lending:
             self.client.loop.call_later(NOTE_PATIENCE_S, lambda: self._overdue(token))
 
     def _overdue(self, token: bytes) -> None:
-        """Notes still unanswered (an answer held back): send
+        """Notes still unanswered (an answer held back, or a value kept for a read): send
         them again (a note or its acknowledgement may have been lost with a connection) and
         check that their owners live (one that died acknowledges nothing; its death lets
         what waits go on)."""
@@ -126,6 +128,23 @@ class Lending:
         for owner in sorted({note.owner for note in notes}):
             self.client.owner_probe.check_alive(owner)
         self.client.loop.call_later(NOTE_PATIENCE_S, lambda: self._overdue(token))
+
+    # -- a reader: refs inside a borrowed value (user thread) ---------------------------------
+    def decode(self, ref: Any, value: m.Value, read: Any) -> Any:
+        """`values.decode` of `ref`'s value; refs inside the value of a borrowed `ref` that we
+        do not own are registered with their owners while our record of `ref` stays (a
+        `ReadBorrowed`): dropping `ref` right after must not free them under us."""
+        if ref.owner == self.client.address:
+            return values.decode(value, read)
+        with context.RefCollector() as inner:
+            obj = values.decode(value, read)
+        if inner.refs:
+            me = self.client.address
+            ids = tuple(r.id for r in inner.refs if r.owner != me)
+            if ids:
+                self.carry(self.client.objects.handle(ReadBorrowed(ref.id, ids)),
+                           threadsafe=True)
+        return obj
 
     # -- the caller: a result came (loop thread) --------------------------------------------
     def take(self, sender: str, msg: m.TaskResult) -> None:

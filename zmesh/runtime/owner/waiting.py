@@ -147,7 +147,8 @@ class Waits:
 
         def done(value: m.Value, keep: ObjectRef = ref) -> None:
             try:
-                fut.set_result(values.raise_if_error(value, values.decode(value, read)))
+                obj = self.client.lending.decode(keep, value, read)
+                fut.set_result(values.raise_if_error(value, obj))
             except BaseException as exc:
                 fut.set_exception(exc)
 
