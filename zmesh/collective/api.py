@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zmesh.collective import rendezvous
-from zmesh.collective.group import CollectiveGroup
+from zmesh.collective.group import CollectiveGroup, check_dead_after
 from zmesh.collective.types import BACKENDS, CollectiveError, ReduceOp
 
 DEFAULT_DEAD_AFTER_S = 15.0
@@ -43,8 +43,10 @@ def init_collective_group(world_size: int, rank: int, backend: str = "gloo",
     """Join group `group_name` as `rank` of `world_size`; blocks until every member joined.
 
     Call it in each member (an actor method, or a task). A member silent for
-    `dead_after_s` seconds breaks the group; `timeout_s` bounds the rendezvous."""
+    `dead_after_s` seconds (at least MIN_DEAD_AFTER_S, 1 s) breaks the group; `timeout_s`
+    bounds the rendezvous."""
     _check(world_size, rank, backend, group_name)
+    dead_after_s = check_dead_after(dead_after_s)
     with _lock:
         if group_name in _groups and not _groups[group_name].broken:
             raise ValueError(f"this process is already in collective group {group_name!r}; "

@@ -19,12 +19,39 @@ from zmesh.collective.types import CollectiveError
 
 # Each beat is 1 + world_size KV round trips through the node (a write, then the "broken"
 # flag and every peer's counter): at 0.5 s a two-member group's beats woke the members'
-# threads ~65 times a second and took ~0.7 ms of CPU per 64 MB allreduce from gloo. Once a
-# second is still 15 beats within the default dead_after_s.
+# threads ~65 times a second and took ~0.7 ms of CPU per 64 MB allreduce from gloo. So a
+# watchdog beats once a second at most, and four times per dead_after_s at least: a peer's
+# counter is seen stale for up to its beat gap plus our own interval, so a peer's beat may
+# come up to ~3/4 of dead_after_s late before it is taken for dead (at one beat a second, a
+# group with dead_after_s=1 declared a healthy member dead at its first late beat).
 HEARTBEAT_S = 1.0
+BEATS_PER_DEAD_AFTER = 4
+# The smallest dead_after_s a group accepts: the beats go through the nodes' KV, whose loop
+# turns take hundreds of ms under load (the mesh itself suspects a node only after 1 s), so
+# below this a healthy member would be declared dead whenever its node is busy.
+MIN_DEAD_AFTER_S = 1.0
 WAIT_SLICE_S = 0.25  # how soon a caller blocked in a gloo collective sees its group break
 POINT_TO_POINT = ("send", "recv")  # gloo: waited on in a thread, never in slices
 _SLICE = datetime.timedelta(seconds=WAIT_SLICE_S)
+
+
+def check_dead_after(dead_after_s: object) -> float:
+    """`dead_after_s` as a float, or ValueError saying why the watchdog cannot keep it."""
+    if isinstance(dead_after_s, bool) or not isinstance(dead_after_s, (int, float)):
+        raise ValueError(f"dead_after_s must be a number of seconds, got {dead_after_s!r}")
+    value = float(dead_after_s)
+    if not value >= MIN_DEAD_AFTER_S:  # NaN too
+        raise ValueError(f"dead_after_s must be at least {MIN_DEAD_AFTER_S:g} s, got "
+                         f"{dead_after_s!r}: the members' heartbeats go through the nodes' "
+                         f"KV, and a busy node delays them by hundreds of ms, so a shorter "
+                         f"window would declare healthy members dead")
+    return value
+
+
+def beat_interval(dead_after_s: float) -> float:
+    """How often a watchdog beats and looks at its peers: once a second, or more often when
+    `dead_after_s` is short, so that a peer is seen alive several times per window."""
+    return min(HEARTBEAT_S, dead_after_s / BEATS_PER_DEAD_AFTER)
 
 
 class CollectiveGroup:
@@ -40,7 +67,7 @@ class CollectiveGroup:
         self.world_size = world_size
         self.backend = backend
         self.store = store
-        self.dead_after_s = dead_after_s
+        self.dead_after_s = check_dead_after(dead_after_s)
         timeout = datetime.timedelta(seconds=op_timeout_s)
         if backend == "nccl":
             self.pg: Any = dist.ProcessGroupNCCL(store, rank, world_size,
@@ -151,7 +178,8 @@ class CollectiveGroup:
         store = self._monitor_store
         last: dict[int, tuple[bytes, float]] = {}
         beat = 0
-        while not self._stop.wait(HEARTBEAT_S):
+        interval = beat_interval(self.dead_after_s)
+        while not self._stop.wait(interval):
             now = time.monotonic()
             beat += 1
             try:
