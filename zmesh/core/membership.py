@@ -126,6 +126,10 @@ class Membership:
         own = [] if self._left else [self.address]
         return sorted([*self._table.live, *own])
 
+    def has_peers(self) -> bool:
+        """True while another member is alive or suspected (someone to tell news to)."""
+        return bool(len(self._table.live))
+
     def drain_events(self) -> list[MemberEvent]:
         """The view changes since the last call, oldest first."""
         events, self._table.events = self._table.events, []
@@ -195,14 +199,25 @@ class Membership:
             return -math.inf
         if self._left:
             return self._next_gc
-        deadline = min(self._next_probe, self._next_push_pull, self._next_gc, self._next_join)
+        # Timers with nothing to do wait (a node alone woke ~6 times a second for nothing):
+        # probes and push-pulls need another member, gossip news and someone to tell, and
+        # the clean-up tombstones or relays. A member arriving re-arms them (its message
+        # makes the shell ask again), and they run at once: their times have passed.
+        deadline = self._next_join
+        table = self._table
+        if len(table.live):
+            deadline = min(deadline, self._next_probe, self._next_push_pull)
+        elif table.dead:
+            deadline = min(deadline, self._next_push_pull)
+        if self._relays or table.known() > len(table.live):
+            deadline = min(deadline, self._next_gc)
         probe = self._probe
         if probe is not None and not probe.acked and not probe.indirect_sent:
             deadline = min(deadline, probe.ack_deadline)
-        if len(self._queue):
+        if len(self._queue) and (len(table.live) or table.dead):
             deadline = min(deadline, self._next_gossip)
-        if self._table.suspicions:
-            deadline = min(deadline, min(self._table.suspicions.values()))
+        if table.suspicions:
+            deadline = min(deadline, min(table.suspicions.values()))
         return deadline
 
     def tick(self, now: float) -> Outbox:

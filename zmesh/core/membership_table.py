@@ -54,6 +54,10 @@ class MemberTable:
     def __iter__(self) -> Iterator[MemberUpdate]:
         return (m.record() for m in self._members.values())
 
+    def known(self) -> int:
+        """Members held, tombstones of dead and left ones included."""
+        return len(self._members)
+
     def size(self) -> int:
         """Live members counting the owner: the n that timeouts and retransmissions scale with."""
         return len(self.live) + 1

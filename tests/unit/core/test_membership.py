@@ -342,3 +342,33 @@ def test_dead_members_are_forgotten_after_the_retention_period() -> None:
     assert "b" in m.members()
     m.tick(7.5)
     assert "b" not in m.members()
+
+
+def test_a_member_alone_asks_for_no_timer_and_probes_a_newcomer_at_once() -> None:
+    # Alone, every timer had nothing to do, yet a node woke ~6 times a second for them
+    # (probes, tombstone clean-up, and gossip rounds for its own metadata with nobody to
+    # tell): idle CPU. News waits until there is someone to tell.
+    m = node()
+    m.set_metadata(resources={"CPU": 2.0})
+    assert m.tick(5.0) == []
+    assert m.next_deadline() == float("inf")
+    gossip(m, update("b", ALIVE, 0), now=9.0)
+    assert m.has_peers()
+    due = m.next_deadline()
+    assert due is not None and due <= 9.0, "probes and news to b are overdue: run now"
+    sent = m.tick(9.0)
+    assert any(dest == "b" and isinstance(msg, Probe) for dest, msg in sent)
+    assert any(u.address == "a" and u.metadata.resources == {"CPU": 2.0}
+               for _, msg in sent for u in getattr(msg, "updates", [])), \
+        "the metadata set while alone reaches the newcomer"
+
+
+def test_a_member_holding_only_tombstones_still_forgets_them() -> None:
+    cfg = MembershipConfig(dead_retention=5.0)
+    m = node(config=cfg)
+    gossip(m, update("b", ALIVE, 0), update("b", DEAD, 0), now=1.0)
+    while "b" in m.members():
+        due = m.next_deadline()
+        assert due is not None and due < 30.0, "a tombstone keeps the clean-up timer armed"
+        m.tick(due)
+    assert m.next_deadline() == float("inf")

@@ -88,6 +88,7 @@ class MeshAgent:
         self.dead_nodes: dict[str, str] = {}  # node id -> why it went
         self._armed = math.inf
         self._published: dict[str, float] = {}
+        self._publishing = False  # the publish timer is armed
         for cls in _MESSAGES:
             loop.on(cls, self._on_message)
 
@@ -147,12 +148,18 @@ class MeshAgent:
             self.loop.send(to, msg)
 
     def _publish(self) -> None:
-        """Advertise free resources when they changed (at most every PUBLISH_PERIOD_S)."""
+        """Advertise free resources when they changed (at most every PUBLISH_PERIOD_S),
+        while there is another member to tell: a node alone stops checking until one
+        joins (`_handle_events` starts it again, and the joiner hears the current state)."""
+        self._publishing = False
+        if not self.membership.has_peers():
+            return
         res = self._resources()
         if res != self._published:
             self._published = res
             self.membership.set_metadata(resources=res)
             self._after()
+        self._publishing = True
         self.loop.call_later(PUBLISH_PERIOD_S, self._publish)
 
     # -- the view --------------------------------------------------------------------------
@@ -177,6 +184,9 @@ class MeshAgent:
                 gone.append((node_id, ev.address, why))
             elif ev.kind.value in ("joined", "alive") and node_id:
                 self.dead_nodes.pop(node_id, None)
+        if not self._publishing and self.membership.has_peers():
+            self._publishing = True
+            self.loop.call_soon(self._publish)
         self._on_view(self.view())
         for node_id, address, why in gone:
             self._on_gone(node_id, address, why)
