@@ -1,8 +1,9 @@
 """Random Ray-style programs under random fault schedules, run on the simulated mesh.
 
 A schedule is a list of steps: operations (tasks, chains, nested fan-out, puts, borrowed
-refs, refs returned from inside tasks, borrowed refs returned to the caller, actors with restarts and numbered calls, placement
-groups, gets, dropped refs) mixed with faults (kill a worker, an actor, a node or an owner;
+refs, refs returned from inside tasks, borrowed refs returned to the caller (given as
+arguments, or borrowed from a third worker: `hand_on`, run by test_borrow_hand_off.py),
+actors with restarts and numbered calls, placement groups, gets, dropped refs) mixed with faults (kill a worker, an actor, a node or an owner;
 pause a node; partition and heal; drop, duplicate, delay and reorder messages; slow a node).
 `run_schedule` runs one and returns the violations it saw; the invariants are listed on
 `Checker`.
@@ -87,6 +88,17 @@ def relay(box: list[Any]) -> list[Any]:
 @zmesh.remote(max_retries=3)
 def make_inner(v: int) -> list[Any]:
     return [zmesh.put(v)]
+
+
+@zmesh.remote(max_retries=3)
+def make_big(v: int) -> list[Any]:
+    return [zmesh.put(_value(200_000, v))]  # stored: a leak shows in the node's store
+
+
+@zmesh.remote(max_retries=3)
+def hand_on(v: int) -> list[Any]:
+    # a ref another worker owns, handed on to the caller (the owner is told first)
+    return [zmesh.get(make_big.remote(v))[0]]
 
 
 @zmesh.remote
@@ -187,6 +199,9 @@ class Checker:
         elif kind == "relay" and self.puts:
             ref, value = self.puts[step[1] % len(self.puts)]
             self.pending.append(Pending("relay", relay.remote([ref]), value, deref=True))
+        elif kind == "hand_on":
+            self.pending.append(Pending("hand_on", hand_on.remote(step[1]),
+                                        _value(200_000, step[1]), deref=True))
         elif kind == "inner":
             self.pending.append(Pending("inner", make_inner.remote(step[1]), step[1],
                                         deref=True))

@@ -8,7 +8,13 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from runtime_program import NODES, run_schedule
+
 import zmesh
+from zmesh.errors import OwnerDiedError
 from zmesh.testing import sim_mesh
 from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -61,6 +67,40 @@ def test_the_lenders_node_killed_mid_hand_off_frees_nothing_under_the_caller() -
         del back
         gc.collect()
         assert mesh.run_until(lambda: oid not in owner, timeout=30)
+
+
+def test_an_answer_held_back_for_a_lost_acknowledgement_goes_once_a_note_is_answered(
+) -> None:
+    # The owner's acknowledgements are lost for 3 s: the worker sends its note again every
+    # 2 s until one is answered, then its answer goes (a lost note must not hang the call).
+    with sim_mesh(nodes=3, seed=3) as mesh:
+        maker = Maker.options(scheduling_strategy=_on(mesh, "n2")).remote()
+        assert zmesh.get(zmesh.get(maker.make.remote(0), timeout=30)[0], timeout=30) == 0
+        lost = mesh.link_faults(drop=1.0, kinds=["BorrowNoted"])
+        mesh.after(3.0, lambda: mesh.net.rules.remove(lost))
+        start = mesh.now
+        back = zmesh.get(fetch.options(scheduling_strategy=_on(mesh, "n1")).remote(maker, 6),
+                         timeout=30)
+        assert 3.0 < mesh.now - start < 10.0 and mesh.net.stats["dropped"] > 0
+        assert zmesh.get(back, timeout=30) == 6
+
+
+def test_an_answer_held_back_for_an_owner_that_died_goes_and_reads_owner_died() -> None:
+    # Every acknowledgement is lost and the owner (an actor) is killed: the worker's pings
+    # go unanswered, it takes the owner for dead after the owner timeout and answers; the
+    # ref in the answer is then the dead owner's (OwnerDiedError), not a call that hangs.
+    with sim_mesh(nodes=3, seed=3) as mesh:
+        maker = Maker.options(scheduling_strategy=_on(mesh, "n2")).remote()
+        assert zmesh.get(zmesh.get(maker.make.remote(0), timeout=30)[0], timeout=30) == 0
+        mesh.link_faults(drop=1.0, kinds=["BorrowNoted"])
+        out = fetch.options(scheduling_strategy=_on(mesh, "n1")).remote(maker, 7)
+        mesh.advance(1.0)  # (the note went, its acknowledgement was lost)
+        mesh.kill_actor(maker)
+        start = mesh.now
+        back = zmesh.get(out, timeout=60)
+        assert mesh.now - start < 20.0
+        with pytest.raises(OwnerDiedError):
+            zmesh.get(back, timeout=30)
 
 
 @zmesh.remote
@@ -116,3 +156,41 @@ def test_a_ref_read_out_of_a_borrowed_value_outlives_the_value() -> None:
         gc.collect()
         mesh.advance(5.0)  # (every release lands)
         assert zmesh.get(inner, timeout=30) == 9
+
+
+_hand_on_ops = st.one_of(
+    st.tuples(st.just("hand_on"), st.integers(0, 100)),
+    st.tuples(st.just("hand_on"), st.integers(0, 100)),
+    st.tuples(st.just("get"), st.integers(0, 99)),
+    st.tuples(st.just("forget"), st.integers(0, 99)),
+    st.tuples(st.just("advance"), st.sampled_from([0.01, 0.5, 3.0])),
+)
+_hand_on_faults = st.one_of(
+    st.tuples(st.just("kill_worker")),
+    st.tuples(st.just("kill_node"), st.sampled_from(NODES[1:])),
+    st.tuples(st.just("pause"), st.sampled_from(NODES), st.sampled_from([0.2, 1.0, 5.0])),
+    st.tuples(st.just("link"), st.sampled_from([0.0, 0.05]), st.sampled_from([0.0, 0.1]),
+              st.sampled_from([0.0, 0.3]), st.sampled_from([0.0, 0.1]),
+              st.sampled_from([0.2, 1.0, 5.0])),
+)
+
+
+@pytest.mark.timeout(900)
+def test_refs_handed_on_from_a_third_worker_under_random_faults() -> None:
+    """Random schedules of `hand_on` (a task returns a ref another worker owns: the note,
+    its acknowledgement, the held-back answer, the hand-off) under kills, pauses and lossy
+    links: every get gives the value or a documented error, and everything is released at
+    the end (runtime_program.Checker's invariants)."""
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True,
+              phases=(Phase.explicit, Phase.generate),
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(seed=st.integers(0, 2**32 - 1),
+           steps=st.lists(st.one_of(_hand_on_ops, _hand_on_ops, _hand_on_faults),
+                          min_size=20, max_size=20))
+    def check(seed: int, steps: list[tuple[Any, ...]]) -> None:
+        violations, mesh = run_schedule(seed, steps)
+        assert not violations, f"seed={seed} steps={steps}\n" + "\n".join(violations) + \
+            f"\nstory:\n{mesh.story(80)}"
+
+    check()

@@ -144,8 +144,9 @@ class OwnerProbe:
 
     def check_alive(self, owner: str) -> None:
         """(loop thread) We wait on `owner` (an answer of ours held back for its
-        acknowledgement): one it cannot reach, or that does not answer a ping within the
-        peer timeout, died (`OwnerDied`: what waits on it goes on without it)."""
+        acknowledgement): one it cannot reach, or that does not answer a ping within
+        `watch_timeout` (as an owner whose values we await), died (`OwnerDied`: what waits on
+        it goes on without it)."""
         seq = -next(self._seqs)
         self._checks[seq] = owner
         if not self.client.loop.send(owner, Ping(seq=seq)):
@@ -156,9 +157,9 @@ class OwnerProbe:
         def expire() -> None:
             if self._checks.pop(seq, None) is not None:
                 self.feed(OwnerDied(owner, f"its owner {owner} did not answer for "
-                                           f"{self.timeout:.0f}s"))
+                                           f"{self.watch_timeout:.0f}s"))
 
-        self.client.loop.call_later(self.timeout, expire)
+        self.client.loop.call_later(self.watch_timeout, expire)
 
     # -- watching the owners of values we await -----------------------------------------------
     def watch(self, owner: str, object_ids: Iterable[bytes]) -> None:
