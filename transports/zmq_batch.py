@@ -8,6 +8,8 @@ same peer until its owner next receives (unless it is handing out a received bat
 up to `TURN_RECVS` messages), flushes, disconnects or closes, or the batch reaches `MAX_BATCH`
 messages or `MAX_BATCH_BYTES` bytes; a large or multi-frame-large message flushes the
 peer's batch before it goes, so order per peer is kept exactly. A lone message never waits.
+A due batch that meets the peer's full send queue is held back until the queue has room,
+not dropped (`zmq_coalesce`).
 
 On the wire a message whose first frame is empty is an envelope (a runtime message never
 starts with an empty frame: codec frames do not, and the sender escapes any that does):

@@ -208,15 +208,16 @@ class ZmqEndpoint(Binding, Coalescing, Endpoint):
                             if batch is None:
                                 batch = self._turn[to] = zmq_batch.Batch()
                             elif batch.wire + size + 4 > min(cap, zmq_batch.MAX_BATCH_BYTES):
-                                self._flush_peer(to, batch)
+                                if not self._flush_peer(to, batch):
+                                    raise zmq.Again()  # full queue: not accepted, as unbuffered
                                 batch = self._turn[to] = zmq_batch.Batch()
                             batch.add1(frame, size)
                             if batch.messages >= zmq_batch.MAX_BATCH:
-                                self._flush_peer(to, batch)
+                                self._flush_peer(to, batch)  # (held back if it cannot go)
                             return
                         self._turn[to] = None  # the first goes at once: a lone one never waits
-                    elif held := self._turn.get(to):
-                        self._flush_peer(to, held)  # order: what it holds first
+                    elif (held := self._turn.get(to)) and not self._flush_peer(to, held):
+                        raise zmq.Again()  # order: what it holds goes first, or nothing
                 if size:
                     _send(dealer, frame, _NOBLOCK, size < ZERO_COPY_THRESHOLD)
                     return
@@ -248,6 +249,8 @@ class ZmqEndpoint(Binding, Coalescing, Endpoint):
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
         if self._turn:
             self._end_turn()
+            if self._held_back and timeout != 0 and not self._inbox:
+                timeout = self._await_room(timeout)
         if self._inbox:
             return self._inbox.popleft()
         if self._proving:
@@ -423,6 +426,8 @@ class ZmqEndpoint(Binding, Coalescing, Endpoint):
             return
         try:
             self.flush()  # (close lingers to send what its DEALERs queue)
+            for peer in list(self._held_back):
+                self._drop_held_back(peer, "this endpoint closed")
         except Exception:  # noqa: BLE001 - nothing may keep close from releasing
             logger.debug("%s: flush at close failed", self.address, exc_info=True)
         self._closed = True

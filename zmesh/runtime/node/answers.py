@@ -45,7 +45,8 @@ class NodeAnswers:
             "messages_received": self.node.loop.received,
             "refused_connections": peers.counts() if peers is not None else {},
             "coalesced": {k: getattr(self.node.loop.endpoint, k, 0)  # (transports.zmq_batch)
-                          for k in ("batches_sent", "batched_messages", "dropped_malformed")},
+                          for k in ("batches_sent", "batched_messages", "dropped_malformed",
+                                    "dropped_unflushed")},
             "resources": self.node.scheduler.total(), "available": self.node.scheduler.available(),
         })
         return out
