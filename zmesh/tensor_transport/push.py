@@ -67,6 +67,18 @@ PUSH_WAIT_S = 2.0
 neither comes: only a push asked for while the pair was being made, or lost with a producer."""
 PUSH_KEEP_S = 30.0  # ... and for at most this long (checked at its next read on the pair)
 _MARK = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+# What a descriptor's inline value is (values.pack's compact form, pickle protocol 5): the
+# pickle starts by calling value._materialize (PROTO 5, maybe a FRAME, then this global) on
+# the state dict, whose last item is the marker (keep() puts it last), a bytes object
+# (SHORT_BINBYTES 'C' or BINBYTES 'B'), after which only the pickle's end follows: MEMOIZE,
+# SETITEMS, TUPLE1, MEMOIZE, REDUCE, MEMOIZE, STOP. (The module and function names are
+# checked by tests/unit/tensor_transport/test_push_marker.py, which packs a real one.)
+_MODULE, _FUNCTION = b"zmesh.tensor_transport.value", b"_materialize"
+_CALL = (b"\x8c" + bytes([len(_MODULE)]) + _MODULE + b"\x94\x8c" + bytes([len(_FUNCTION)])
+         + _FUNCTION + b"\x94\x93")
+_TAIL = b"\x94u\x85\x94R\x94."
+_COMPACT, _PROTO5, _FRAME = 1, b"\x80\x05", 0x95
 _LAST = struct.Struct(f"<{p.KEY_BYTES}sq")  # a header with no tensors: key, what
 ENDED, REFUSED = -1, -2  # (in a header's count)
 
@@ -97,24 +109,48 @@ def scan(values: list[Any]) -> list[Push]:
         data = getattr(value, "data", b"")
         if not data or len(data) > SCAN_LIMIT or getattr(value, "is_error", False):
             continue
-        i = data.find(MAGIC)
+        i = _marker_at(bytes(data))
         if i < 0:
             continue
         flag = i + len(MAGIC)
         at = flag + 1
         key = bytes(data[at:at + p.KEY_BYTES])
         at += p.KEY_BYTES
-        if len(data) < at + 2:
-            continue
         (n,) = _MARK.unpack_from(data, at)
         address = bytes(data[at + 2:at + 2 + n])
-        if len(address) != n or not key.isalnum():
-            continue
+        if at + 2 + n != len(data) - len(_TAIL) or not key.isalnum() or data[flag] > 1:
+            continue  # the address must end the marker exactly
         try:
             found.append((key.decode(), address.decode(), index, flag))
         except UnicodeDecodeError:
             continue
     return found
+
+
+def _marker_at(data: bytes) -> int:
+    """Where the marker starts in `data` when `data` is a descriptor's value and the marker
+    its own (the state's last item, see _CALL), else -1: MAGIC in any other bytes (a user's
+    value, or the user's part of a descriptor's result) is never taken for one."""
+    if data[0] != _COMPACT or not data.endswith(_TAIL):
+        return -1
+    at = data.find(b"\x00", 1) + 1
+    if at <= 0 or not data.startswith(_PROTO5, at):
+        return -1
+    at += len(_PROTO5)
+    if at < len(data) and data[at] == _FRAME:
+        at += 9  # the opcode and a u64 length
+    if not data.startswith(_CALL, at):
+        return -1
+    end = len(data) - len(_TAIL)
+    i = data.rfind(MAGIC, at, end)
+    size = end - i
+    if i < 0 or size < len(MAGIC) + 1 + p.KEY_BYTES + _MARK.size:
+        return -1
+    if size < 256 and data[i - 2] == ord("C") and data[i - 1] == size:
+        return i
+    if data[i - 5] == ord("B") and _U32.unpack_from(data, i - 4)[0] == size:
+        return i
+    return -1
 
 
 pushes_ordered = 0  # this process, as a caller (for tests and tools)
@@ -169,6 +205,7 @@ class _Lane:
         self.group = group
         self.armed: deque[list[Any]] = deque()  # each unreceived push's works, oldest first
         self.notices = 0  # of them, headers with no tensors (not counted against MAX_ARMED)
+        self.ended = False  # the header that ends the consumer's thread was posted
         self.cond = threading.Condition()
         self.closed = False
         self.reaper: threading.Thread | None = None
@@ -232,7 +269,12 @@ class PushLanes:
         self._notice(consumer, "", ENDED)
 
     def _notice(self, consumer: str, key: str, what: int) -> None:
-        """A header with no tensors: REFUSED (the reader of `key` pulls at once) or ENDED."""
+        """A header with no tensors: REFUSED (the reader of `key` pulls at once) or ENDED.
+
+        Bounded: while the consumer takes no header (its thread stalled), at most MAX_KEPT
+        refusals wait unreceived (it remembers no more than that; a reader whose refusal is
+        not sent waits PUSH_WAIT_S, then pulls), plus one ENDED, after which nothing is
+        posted (the consumer's thread ends at it: nothing after would ever be received)."""
         import torch
 
         with self._lock:
@@ -243,12 +285,13 @@ class PushLanes:
         raw: Any = header.numpy()
         _LAST.pack_into(raw, 0, key.encode().ljust(p.KEY_BYTES)[:p.KEY_BYTES], what)
         with lane.cond:
-            if lane.closed:
+            if lane.closed or lane.ended or (what == REFUSED and lane.notices >= MAX_KEPT):
                 return
             try:
                 lane.armed.append([lane.group.send([header], 1, TAG_PUSH_HEADER)])
             except Exception:  # noqa: BLE001 - the pair broke already
                 return
+            lane.ended = what == ENDED
             lane.notices += 1
             lane.cond.notify()
             self._reaper(lane)
@@ -271,7 +314,7 @@ class PushLanes:
         p.encode_request(raw, key, sizes)
         raw[-1] = 1
         with lane.cond:
-            if lane.closed or len(lane.armed) - lane.notices >= limit:
+            if lane.closed or lane.ended or len(lane.armed) - lane.notices >= limit:
                 return False
             try:
                 works = [lane.group.send([header], 1, TAG_PUSH_HEADER)]

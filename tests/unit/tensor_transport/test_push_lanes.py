@@ -62,3 +62,50 @@ def test_one_unreceived_push_per_pair_then_refused_until_received():
         assert not lanes.push(key, "ipc:///c")  # the pair ended
     finally:
         p.KEPT.drop(key)
+
+
+class _Refusal:
+    """A tensor_push query (`on_push` reads its `arg`)."""
+
+    def __init__(self, key: str, consumer: str) -> None:
+        import msgspec
+
+        self.arg = msgspec.msgpack.encode([key, consumer])
+
+
+def test_refusal_notices_are_bounded_while_the_consumer_takes_no_header():
+    """The consumer's header thread is stalled (nothing it is sent completes): each refused
+    push would post one more notice, held until received. At most MAX_KEPT wait (the consumer
+    remembers no more refusals than that; a reader whose refusal is not sent waits
+    PUSH_WAIT_S, then pulls), plus the one header that ends the pair, and nothing after it."""
+    lanes, group = push.PushLanes(), _Group()
+    lanes.open("ipc:///c", "pair1", group)
+    try:
+        for i in range(50):
+            lanes.on_push("ipc:///caller", _Refusal(f"{i:032x}", "ipc:///c"))  # not kept here
+        assert lanes.declined == 50
+        lane = lanes._lanes["ipc:///c"]
+        assert len(lane.armed) == lane.notices == push.MAX_KEPT
+        lanes.end("ipc:///c")  # the consumer dropped the pair: its thread must still end
+        assert group.sent[-1] == push.TAG_PUSH_HEADER and len(lane.armed) == push.MAX_KEPT + 1
+        lanes.end("ipc:///c")
+        lanes.on_push("ipc:///caller", _Refusal(f"{99:032x}", "ipc:///c"))
+        assert len(lane.armed) == push.MAX_KEPT + 1  # nothing after the end
+        group.received.set()  # the consumer takes them after all: all let go
+        assert _wait(lambda: not lane.armed and lane.notices == 0)
+    finally:
+        lanes.close("ipc:///c", "pair1")
+
+
+def test_no_push_after_the_end_of_the_pair_was_sent():
+    lanes, group = push.PushLanes(), _Group()
+    key = "ef" * 16
+    p.KEPT.keep(key, [torch.ones(4)])
+    lanes.open("ipc:///c", "pair1", group)
+    try:
+        lanes.end("ipc:///c")
+        assert not lanes.push(key, "ipc:///c")  # the consumer's thread ends at that header
+        assert group.sent == [push.TAG_PUSH_HEADER]
+    finally:
+        lanes.close("ipc:///c", "pair1")
+        p.KEPT.drop(key)

@@ -63,3 +63,27 @@ def test_no_push_is_ordered_to_the_producer_itself_or_to_an_odd_address():
     ordered = push.order(_Client(), "ipc:///c", [(KEY, "ipc:///c", 0, 9), (KEY, "http://x", 1, 9),
                                                  (KEY, "ipc:///p", 2, 9)], on_loop=True)
     assert sent == ["ipc:///p"] and ordered == [(KEY, "ipc:///p", 2, 9)]
+
+
+def test_user_bytes_that_hold_a_marker_are_never_flagged(monkeypatch):
+    """Only a descriptor's own marker (the value is a Transported, the marker its "push")
+    is found: user bytes that hold MAGIC, a flag, an alphanumeric key and an address are
+    not, so the caller never flips a byte of them."""
+    import pickle
+
+    monkeypatch.setattr(push, "ENABLED", True)
+    lookalike = push.marker(KEY, "ipc:///tmp/zmesh-x/worker-1")
+    users = [_packed(lookalike), _packed(b"user data " + lookalike + b" more"),
+             _packed({"push": lookalike}), _packed([1, lookalike])]
+    assert push.scan(users) == []
+    # a descriptor whose result holds such bytes (its skeleton): only its own marker counts
+    state = {"key": KEY, "skeleton": {"blob": b"x" + lookalike}, "push": push.marker(
+        KEY, "ipc:///p")}
+    value = _packed(Transported(state))
+    found = push.scan([value])
+    assert [f[:3] for f in found] == [(KEY, "ipc:///p", 0)]
+    sent = push.flagged(Args(data=b"", refs=[value]), found).refs[0]
+    monkeypatch.setattr("zmesh.tensor_transport.value._materialize", lambda st: st)
+    back = pickle.loads(sent.data[sent.data.index(b"\x00", 1) + 1:])
+    assert back["skeleton"] == {"blob": b"x" + lookalike}  # the user's bytes, untouched
+    assert push.was_pushed(back["push"]) and not push.was_pushed(lookalike)
