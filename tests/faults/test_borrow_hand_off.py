@@ -194,3 +194,33 @@ def test_refs_handed_on_from_a_third_worker_under_random_faults() -> None:
             f"\nstory:\n{mesh.story(80)}"
 
     check()
+
+
+@zmesh.remote
+def fetch_items(maker: Any, n: int) -> Any:
+    for v in range(n):  # each item a ref it borrows (the maker owns it)
+        yield zmesh.get(maker.make.remote(v), timeout=60)[0]
+
+
+def test_a_generators_node_killed_mid_hand_off_frees_none_of_its_items_refs() -> None:
+    # As the first test, for refs inside a generator's items: before, items were not held
+    # back for the owner's acknowledgement (each was lent by the worker alone), and the
+    # owner freed their objects when it heard of n1's death, under the driver.
+    with sim_mesh(nodes=3, seed=3) as mesh:
+        maker = Maker.options(scheduling_strategy=_on(mesh, "n2")).remote()
+        assert zmesh.get(zmesh.get(maker.make.remote(0), timeout=30)[0], timeout=30) == 0
+        late = mesh.link_faults(delay=1.0, delay_range=(60.0, 60.1), kinds=["HandOffBorrow"])
+        gen = zmesh.get(fetch_items.options(scheduling_strategy=_on(mesh, "n1"),
+                                            num_returns="dynamic").remote(maker, 3), timeout=30)
+        refs = [zmesh.get(item, timeout=30) for item in gen]
+        objects = _client_at(mesh, refs[0].owner).objects
+        owner, oids = objects.entries, [r.id for r in refs]
+        mesh.kill_node("n1")
+        assert mesh.run_until(lambda: bool(objects.core.dead_owners), 55.0)
+        assert all(oid in owner for oid in oids)  # kept for the driver
+        mesh.net.rules.remove(late)
+        mesh.advance(70.0)  # the delayed hand-offs land
+        assert [zmesh.get(r, timeout=30) for r in refs] == [0, 1, 2]
+        del refs, gen
+        gc.collect()
+        assert mesh.run_until(lambda: not any(oid in owner for oid in oids), timeout=30)

@@ -332,3 +332,27 @@ def test_refs_inside_the_error_that_ends_a_generator_are_handed_over_too(ray):
     assert int(ray.get(mine, timeout=60)[0]) == 15
     del theirs, mine
     assert all_freed(before), stored()
+
+
+def test_a_generator_yielding_refs_a_third_process_owns(ray):
+    # each item waits in the generator until the maker acknowledged the worker's note (the
+    # maker keeps the object for the driver from then on); they read, and go at the end
+    @ray.remote
+    class Maker:
+        def make(self, v):
+            return [ray.put(np.full(2 << 20, v, dtype=np.uint8))]
+
+    @ray.remote
+    def gen(maker):
+        for v in (16, 17):
+            yield ray.get(maker.make.remote(v))[0]  # the maker's: this worker borrows it
+
+    maker = Maker.remote()
+    gc.collect()
+    before = stored()
+    items = [ray.get(r, timeout=60) for r in gen.remote(maker)]
+    gc.collect()
+    assert [int(ray.get(r, timeout=60)[0]) for r in items] == [16, 17]
+    del items
+    assert all_freed(before), stored()
+    ray.kill(maker)

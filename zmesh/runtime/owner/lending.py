@@ -15,6 +15,7 @@ module only turns the core's actions into messages, and holds answers back until
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,8 @@ class Lending:
         self.client = client
         # lend token -> (to, answer): answers that wait for owners to acknowledge our notes
         self._parked: dict[bytes, tuple[str, m.TaskResult]] = {}
+        # token -> event: threads waiting until the notes of a lend are acknowledged
+        self._waiters: dict[bytes, threading.Event] = {}
         self._watched: set[bytes] = set()  # tokens whose unanswered notes a timer watches
 
     def register(self, loop: Any) -> None:
@@ -74,21 +77,38 @@ class Lending:
 
     # -- the worker: before its result goes ------------------------------------------------
     def lend(self, task_id: bytes, attempt: int, lent: Sequence[m.Lent], caller: str,
-             token: bytes | None = None, note: bool = True) -> None:
+             token: bytes | None = None, note: bool = True, wait: bool = False) -> None:
         """Keep the refs in `lent` for the caller: the caller's own until it says it holds
         them; for others' tell their owners (any thread; while the result still holds them,
         before it is sent: `answer` then holds the answer back until the owners
-        acknowledged). `note` False: a sender that cannot hold its answer back keeps them
-        all itself until the owners settle, as before notes (a generator's items)."""
+        acknowledged; `wait`: this thread waits for that here, `wait_noted`). `note` False:
+        keep them all until the owners settle, without notes."""
         ids = tuple(x.object_id for x in lent)
         outers = tuple(IdGen.object_id(task_id, x.index) for x in lent)
-        self.carry(self.client.objects.handle(Lend(
-            token or lend_token(task_id, attempt), ids, caller, outers, note)), threadsafe=True)
+        token = token or lend_token(task_id, attempt)
+        self.carry(self.client.objects.handle(Lend(token, ids, caller, outers, note)),
+                   threadsafe=True)
+        if wait:
+            self.wait_noted(token)
 
     def keep(self, token: bytes, object_ids: tuple[bytes, ...]) -> None:
         """We keep these borrowed argument refs past the work of lend `token`: tell their
         owners (any thread, before the answer goes through `answer`)."""
         self.carry(self.client.objects.handle(KeepBorrowed(token, object_ids)), threadsafe=True)
+
+    def wait_noted(self, token: bytes) -> None:
+        """Block this (non-loop) thread until every note of lend `token` is acknowledged (or
+        its owner is taken for dead): what a sender cannot hold back in `answer` (a
+        generator's item) it holds back here, before the item is buffered."""
+        objects = self.client.objects
+        event = threading.Event()
+        with objects.lock:
+            if token not in objects.core.awaiting:
+                return
+            self._waiters[token] = event
+        wait = self.client.loop.wait_event
+        while not wait(event, 0.5):  # (in steps: a cancel's async exception can land)
+            pass
 
     def answer(self, to: str, result: m.TaskResult) -> None:
         """Send a task's answer (any thread): at once, unless it waits for owners to
@@ -224,6 +244,10 @@ class Lending:
                     assert_never(action)
 
     def _release(self, token: bytes) -> None:
+        with self.client.objects.lock:
+            waiter = self._waiters.pop(token, None)
+        if waiter is not None:
+            waiter.set()
         parked = self._parked.pop(token, None)
         if parked is not None:
             self.client.loop.send(*parked)

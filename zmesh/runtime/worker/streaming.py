@@ -125,8 +125,9 @@ class _Sender:
                 self._add(value)
 
     def _hand_over(self, oid: bytes, nested: list[Any]) -> tuple[list[bytes], list[m.Lent]]:
-        """Ours the owner borrows from us; others' we lend it (one lend per item) until it
-        took them over; both are listed with the item when it goes (in `_add`, in one step
+        """Ours the owner borrows from us; others' we lend it (one lend per item: their
+        owners are told first, and the generator waits until they acknowledged, as a
+        task's answer does); both are listed with the item when it goes (in `_add`, in one step
         with it: a flush by the loop's timer in between would list them with the items
         before it, under which the owner would hold them, or refuse them)."""
         me = self.client.address
@@ -135,9 +136,8 @@ class _Sender:
             self.client.objects.add_borrower(mine, self.owner)
         lent = [m.Lent(index=self.count + 1, object_id=r.id, owner=r.owner)
                 for r in nested if r.owner != me]
-        if lent:
-            self.client.lending.lend(self.task_id, 0, lent, self.owner, token=oid,
-                                    note=False)  # (items are not held back)
+        if lent:  # (the owners of others' refs are told first: the item waits for them)
+            self.client.lending.lend(self.task_id, 0, lent, self.owner, token=oid, wait=True)
         return mine, lent
 
     def error(self, exc: BaseException, error_of: ErrorOf) -> None:
