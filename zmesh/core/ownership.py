@@ -101,7 +101,8 @@ class Ownership(LendingRules):
         # (the hand-off's state: see ownership_lending.LendingRules)
         self.noted: dict[bytes, tuple[str, dict[bytes, bytes], set[int]]] = {}
         self.awaiting: dict[bytes, dict[int, NoteBorrow]] = {}
-        self.gone: list[tuple[str, str]] = []
+        self.gone: set[str] = set()  # processes whose death we handled (their addresses)
+        self.gone_prefixes: set[str] = set()  # ... and every one under these ipc prefixes
         self.reading: set[bytes] = set()
         self._seq = 0
         # (event, actions); the fast paths log (event name, *its fields) instead, which
@@ -211,7 +212,7 @@ class Ownership(LendingRules):
                 self._maybe_free(oid, out)
 
     def _add_borrower(self, e: AddBorrower, out: list[Action]) -> None:
-        if self.gone and self._is_gone(e.borrower):  # (news it sent before it died)
+        if self._is_gone(e.borrower):  # (news it sent before it died)
             return
         for oid in e.object_ids:
             rec = self.records.get(oid)
@@ -240,7 +241,9 @@ class Ownership(LendingRules):
             if gone:
                 rec.borrowers -= gone
                 self._maybe_free(oid, out)
-        self.gone.append((address, prefix))
+        self.gone.add(address)
+        if prefix:
+            self.gone_prefixes.add(prefix)
         self._lends_of_gone(
             lambda a: a == address or bool(prefix and a.startswith(prefix)), out)
 

@@ -60,7 +60,8 @@ class LendingRules:
     awaiting: dict[bytes, dict[int, NoteBorrow]]
     reading: set[bytes]  # tokens of reads whose value we keep until their notes are answered
     _seq: int  # the number of our latest note
-    gone: list[tuple[str, str]]  # processes (address, ipc prefix) whose death we handled
+    gone: set[str]  # processes whose death we handled (their addresses)
+    gone_prefixes: set[str]  # ... and every process with ipc sockets under these
 
     def _maybe_free(self, oid: bytes, out: list[Action]) -> None:
         raise NotImplementedError  # (Ownership's)
@@ -69,7 +70,8 @@ class LendingRules:
         raise NotImplementedError  # (Ownership's)
 
     def _is_gone(self, address: str) -> bool:
-        return any(address == a or (p and address.startswith(p)) for a, p in self.gone)
+        return address in self.gone or (bool(self.gone_prefixes) and any(
+            address.startswith(p) for p in self.gone_prefixes))
 
     # -- the lender ------------------------------------------------------------------------
     def _lend(self, e: Lend, out: list[Action]) -> None:
