@@ -46,6 +46,7 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.escaped: set[bytes] = set()
         self.freed: list[bytes] = []
         self.dead: set[str] = set()
+        self.gone: set[str] = set()  # borrowers whose death the core handled
         self.awaiting: dict[bytes, str] = {}  # failed reads without a verdict -> owner
         self.probes: set[str] = set()
         self.timed_out: set[str] = set()
@@ -113,7 +114,8 @@ class OwnershipMachine(RuleBasedStateMachine):
     def borrow(self, oid: bytes, who: str) -> None:
         if self.owner_of.get(oid) != ME:
             return
-        self.borrowers.setdefault(oid, set()).add(who)
+        if who not in self.gone:  # (a dead one's late news registers nothing: death is final)
+            self.borrowers.setdefault(oid, set()).add(who)
         self.step(AddBorrower((oid,), who))
 
     @rule(oid=st.sampled_from(OIDS), who=st.sampled_from(["a", "b"]))
@@ -127,6 +129,7 @@ class OwnershipMachine(RuleBasedStateMachine):
     def borrower_dies(self, who: str) -> None:
         for oid in list(self.borrowers):
             self.borrowers[oid].discard(who)
+        self.gone.add(who)
         self.step(BorrowerGone(who))
 
     @rule(oid=st.sampled_from(OIDS))
