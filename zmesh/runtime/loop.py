@@ -58,6 +58,7 @@ class EventLoop:
         self._sleeping = False
         self._stopping = False
         self._wait = -1.0  # the receive timeout last asked for (see `_timeout`)
+        self._when_idle: list[Callable[[], Any]] = []  # see `call_when_idle`
         self.thread: threading.Thread | None = None
         # Fault injection (zmesh.testing.Cluster.cut): peers whose messages are dropped both
         # ways, as if the link to them were cut.
@@ -102,6 +103,20 @@ class EventLoop:
     def call_later(self, delay: float, fn: Callable[[], Any]) -> None:
         """Run `fn()` on the loop thread after `delay` seconds (loop thread only)."""
         heapq.heappush(self._timers, (self.clock() + delay, next(self._timer_seq), fn))
+
+    def call_when_idle(self, fn: Callable[[], Any], max_wait: float) -> None:
+        """Run `fn()` on the loop thread once no received message waits to be handled, or
+        after `max_wait` seconds whatever waits (loop thread only). For verdicts that must
+        not miss a message already here: a timer runs before the messages that queued
+        while the loop was busy, such as the answer it is about to give up on."""
+        self._when_idle.append(fn)
+        if len(self._when_idle) == 1:
+            self.call_later(max_wait, self._run_when_idle)
+
+    def _run_when_idle(self) -> None:
+        waiting, self._when_idle = self._when_idle, []
+        for fn in waiting:
+            self._guard(fn, ())
 
     def send(self, to: str, msg: Message, buffers: Sequence[Any] = ()) -> bool:
         """Send a message (loop thread only); False, logged, when the peer cannot be reached."""
@@ -173,6 +188,16 @@ class EventLoop:
                 if timers:
                     timeout = self._timeout(timers[0][0] - now)
             if calls or self._stopping:
+                continue
+            if self._when_idle:  # a look at the inbox first: handle what waits there
+                try:
+                    item = endpoint.recv(0)
+                except TransportError:
+                    break
+                if item is None:
+                    self._run_when_idle()
+                else:
+                    self._dispatch(*item)
                 continue
             self._sleeping = True
             if calls:

@@ -200,6 +200,10 @@ class SimLoop(EventLoop):
     def call_later(self, delay: float, fn: Callable[[], Any]) -> None:
         self.kernel.schedule(self.kernel.now + delay, self.proc, self._guarded, fn, ())
 
+    def call_when_idle(self, fn: Callable[[], Any], max_wait: float) -> None:
+        # (after the events already due now, messages included: the kernel's order)
+        self.kernel.schedule(self.kernel.now, self.proc, self._guarded, fn, ())
+
     def _guarded(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         if not self._stopping:
             self._guard(fn, args)

@@ -65,3 +65,66 @@ def test_an_idle_loop_wakes_once_per_timer_and_runs_it_on_time(
     for due, at in zip(delays, fired):
         assert due - 1e-9 <= at <= due + TIMER_SLACK_S + 0.001, (due, at)
     assert len(endpoint.waits) <= len(delays) + 1, endpoint.waits
+
+
+class QueueEndpoint(IdleEndpoint):
+    """Messages already waiting in the inbox (Pings, each `cost` s to handle)."""
+
+    def __init__(self, clock: Clock, waiting: int) -> None:
+        super().__init__(clock)
+        from zmesh.protocol import codec
+        from zmesh.protocol.messages.common import Ping
+
+        self.inbox = [("inproc://peer", [codec.encode(Ping(seq=i))]) for i in range(waiting)]
+
+    def recv(self, timeout: float | None) -> Any:
+        if self.inbox:
+            return self.inbox.pop(0)
+        return super().recv(timeout)
+
+
+def _handled(loop: EventLoop, clock: Clock, cost: float) -> list[int]:
+    from zmesh.protocol.messages.common import Ping
+
+    seen: list[int] = []
+
+    def handle(sender: str, msg: Any, bufs: list[Any]) -> None:
+        seen.append(msg.seq)
+        clock.now += cost
+
+    loop.on(Ping, handle)
+    return seen
+
+
+def test_call_when_idle_runs_after_the_messages_already_received(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(loop_module, "time", clock)
+    endpoint = QueueEndpoint(clock, waiting=5)
+    loop = EventLoop(endpoint, "test")  # type: ignore[arg-type]
+    seen = _handled(loop, clock, cost=0.01)
+    ran: list[int] = []
+    loop.call_soon(lambda: loop.call_when_idle(lambda: ran.append(len(seen)), max_wait=1.0))
+    loop.call_later(0.5, loop.stop)
+    loop.run()
+    assert ran == [5], "after all five waiting messages, once"
+
+
+def test_call_when_idle_runs_by_its_deadline_when_messages_keep_coming(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(loop_module, "time", clock)
+    endpoint = QueueEndpoint(clock, waiting=1000)
+    loop = EventLoop(endpoint, "test")  # type: ignore[arg-type]
+    seen = _handled(loop, clock, cost=0.01)
+    start = clock.now
+    ran: list[float] = []
+
+    def arm() -> None:
+        loop.call_when_idle(lambda: ran.append(clock.now - start), max_wait=0.2)
+        loop.call_later(1.0, loop.stop)
+
+    loop.call_soon(arm)
+    loop.run()
+    assert len(ran) == 1 and 0.2 <= ran[0] <= 0.2 + 0.011, ran
+    assert len(seen) < 1000

@@ -34,6 +34,9 @@ class HandLoop:
     def call_later(self, delay: float, fn: Callable[[], Any]) -> None:
         self.timers.append((self.now + delay, fn))
 
+    def call_when_idle(self, fn: Callable[[], Any], max_wait: float) -> None:
+        self.timers.append((self.now, fn))  # no inbox here: at once
+
     def run_until(self, until: float) -> None:
         while True:
             due = [t for t in self.timers if t[0] <= until]

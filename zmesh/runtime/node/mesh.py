@@ -36,6 +36,10 @@ IPC_LABEL = "zmesh.ipc"
 PID_LABEL = "zmesh.pid"
 BOOT_LABEL = "zmesh.boot"  # the machine's boot id: a hint that its store files may be read here
 PUBLISH_PERIOD_S = 0.1
+#: how long a due membership tick waits for the messages already received to be handled
+#: (a puller's inbox holds up to 4 chunks of 4 MiB, each 50-80 ms to store on a loaded
+#: machine, ahead of an ack; an inbox never empty for this long delays probes as much)
+TICK_MAX_WAIT_S = 0.5
 #: how long a joining node waits to hear from any member before it gives up
 JOIN_TIMEOUT_S = float(os.environ.get("ZMESH_JOIN_TIMEOUT_S", "10"))
 #: what `zmesh node` logs for each membership change (metadata changes are not logged)
@@ -141,7 +145,10 @@ class MeshAgent:
 
     def _tick_if_due(self) -> None:
         if self.loop.clock() >= self._armed - 1e-4 or self._armed == math.inf:
-            self._tick()
+            # Its verdicts (an ack missed, a suspicion run out) must see what came while
+            # the loop was busy: a timer runs before the messages queued meanwhile, and an
+            # ack waiting behind a few chunks got its member suspected.
+            self.loop.call_when_idle(self._tick, TICK_MAX_WAIT_S)
 
     def _send_all(self, out: list[tuple[str, Any]]) -> None:
         for to, msg in out:
