@@ -13,7 +13,11 @@ or `time.monotonic()`). The protocol (Das et al., with memberlist's refinements)
 - news rides on probes and acks (each update sent ~lambda*log(n) times), plus gossip rounds
   to a few random members while there is news, plus a periodic full-state push-pull with one
   random member (anti-entropy, which also reconnects the two sides of a healed partition);
-- each node's metadata (free resources, labels) is versioned and spreads the same way.
+- each node's metadata (free resources, labels) is versioned and spreads the same way;
+- Lifeguard's local health: a member that had to refute a suspicion of itself probes with a
+  longer period and ack timeout (one more multiple per refutation, `max_health_penalty` at
+  most) until its probes are answered in time again, and a tick that comes far too late
+  (this node was frozen) blames no probe target.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class _Probe(msgspec.Struct, dict=True):
     end: float
     acked: bool = False
     indirect_sent: bool = False
+    sent: float = 0.0
 
 
 class Membership:
@@ -102,12 +107,19 @@ class Membership:
         self._next_gc = math.inf
         self._seeds: list[str] = []
         self._next_join = math.inf
+        self._health = 0  # Lifeguard's local health penalty (see MembershipConfig)
 
     # -- public view ---------------------------------------------------------------------
     @property
     def incarnation(self) -> int:
         """This node's own incarnation (bumped each time it refutes a suspicion)."""
         return self._incarnation
+
+    @property
+    def health_penalty(self) -> int:
+        """Lifeguard's local health penalty: 0 when healthy; its probe period and ack
+        timeout are (1 + this) times the configured ones."""
+        return self._health
 
     @property
     def metadata(self) -> Metadata:
@@ -227,7 +239,7 @@ class Membership:
             self._start(now)
         # A tick far later than the probe period means this node itself was frozen or
         # starved (Lifeguard's insight): its probe result says nothing about the target.
-        late = now - self._last_tick > 2 * cfg.probe_interval
+        late = now - self._last_tick > 2 * cfg.probe_interval * (1 + self._health)
         self._last_tick = now
         out: Outbox = []
         if self._left:
@@ -292,6 +304,9 @@ class Membership:
             self._merge(now, message.updates)
             probe = self._probe
             if probe is not None and message.seq == probe.seq:
+                if (not probe.acked and self._health
+                        and now - probe.sent <= self._health * self.config.probe_interval):
+                    self._health -= 1  # in time with one penalty less: we keep up again
                 probe.acked = True
             else:
                 relay = self._relays.pop(message.seq, None)
@@ -370,6 +385,8 @@ class Membership:
             u.incarnation == self._incarnation and state is not MemberState.ALIVE
         ):
             self._incarnation = u.incarnation + 1
+            if state is not MemberState.ALIVE:
+                self._penalize()  # someone gave up on our answers: we may be the slow one
             log.info(
                 "membership %s: refuting %s at incarnation %d",
                 self.address,
@@ -400,12 +417,14 @@ class Membership:
         if now < self._next_probe:
             return
         self._probe = None
-        self._next_probe = now + cfg.probe_interval
+        scale = 1 + self._health
+        self._next_probe = now + cfg.probe_interval * scale
         target = self._table.next_probe_target()
         if target is None:
             return
         seq = self._next_seq()
-        self._probe = _Probe(target, seq, now + cfg.ack_timeout, now + cfg.probe_interval)
+        self._probe = _Probe(target, seq, now + cfg.ack_timeout * scale,
+                             now + cfg.probe_interval * scale, sent=now)
         out.append((target, Probe(seq, self._piggyback(target))))
 
     # -- dissemination -------------------------------------------------------------------
@@ -462,6 +481,9 @@ class Membership:
 
     def _n(self) -> int:
         return self._table.size()
+
+    def _penalize(self) -> None:
+        self._health = min(self._health + 1, self.config.max_health_penalty)
 
     def _next_seq(self) -> int:
         self._seq += 1

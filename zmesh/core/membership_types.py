@@ -18,7 +18,8 @@ class MembershipConfig(msgspec.Struct, frozen=True):
     With the defaults a crashed node is known dead everywhere within ~3 s at 100 members,
     each member sends a constant ~10 messages/s in steady state whatever the mesh size,
     and a member frozen for less than the suspicion window (0.8 s at 10 members, 1.6 s at
-    100, 2.4 s at 1,000) refutes the suspicion and is not declared dead.
+    100, 2.4 s at 1,000) refutes the suspicion and is not declared dead. A member that had
+    to refute suspicions probes more slowly for a while (`max_health_penalty`).
     """
 
     probe_interval: float = 0.2
@@ -49,6 +50,11 @@ class MembershipConfig(msgspec.Struct, frozen=True):
     """Seconds a dead member still gets gossip, so that one wrongly declared dead hears it."""
     dead_retention: float = 60.0
     """Seconds a dead or left member's record is kept (stops stale gossip reviving it)."""
+    max_health_penalty: int = 8
+    """Lifeguard's local health: each suspicion of itself a member had to refute stretches
+    its own probe period and ack timeout by one more multiple, up to this many, and each
+    probe answered in time takes one back: an overloaded member probes less eagerly
+    instead of suspecting members whose answers it is too slow to read."""
 
     def __post_init__(self) -> None:
         for f in msgspec.structs.fields(self):

@@ -303,3 +303,26 @@ def test_crash_is_still_known_everywhere_under_five_percent_message_loss() -> No
     net.crash("m6")
     net.run_for(5.0)
     assert set(first_event_times(nodes, "m6", GONE, {})) == set(nodes) - {"m6"}
+
+
+def test_two_members_whose_answers_come_late_stop_suspecting_each_other() -> None:
+    # Each way 0.12-0.16 s: every answer misses the 0.2 s probe period but makes the
+    # suspicion window (a busy machine: chunks ahead of the acks, little CPU). Without the
+    # local health penalty the two suspected each other at every probe, refuting each
+    # time, for as long as it lasted; one refutation late and a member was dead.
+    net = SimNet(7, latency=(0.12, 0.16))
+    nodes = settled_mesh(net, 2, seed=7, config=CONFIG)
+    net.run_for(30.0)
+    late: list[str] = []
+    for node in nodes.values():
+        late += [e.kind.value for e in node.drain_events() if e.at > 10.0]
+    assert "dead" not in late
+    assert late.count("suspect") <= 2, late
+    assert all(node.health_penalty > 0 for node in nodes.values())
+
+
+def test_a_healthy_mesh_keeps_no_health_penalty() -> None:
+    net = SimNet(8)
+    nodes = settled_mesh(net, 10, seed=8, config=CONFIG)
+    net.run_for(20.0)
+    assert [node.health_penalty for node in nodes.values()] == [0] * 10
