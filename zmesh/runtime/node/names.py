@@ -25,6 +25,9 @@ logger = logging.getLogger("zmesh.node")
 
 REFOLLOW_DELAY_S = 1.0
 """After a proxied actor's home dies, wait this long for its host to publish itself."""
+FOLLOW_RETRY_S = 0.05
+FOLLOW_RETRY_MAX_S = 1.0
+"""A location not found yet is asked for again after FOLLOW_RETRY_S, doubling up to this."""
 
 
 class ActorDirectory:
@@ -33,6 +36,7 @@ class ActorDirectory:
     def __init__(self, actors: ActorManager) -> None:
         self.actors = actors
         self.node = actors.node
+        self.looking: set[bytes] = set()  # actors whose location is asked for again soon
 
     # -- the home node's writes ------------------------------------------------------------
     def claim(self, entry: ActorEntry) -> None:
@@ -101,15 +105,17 @@ class ActorDirectory:
         """Subscribe `subscriber` through a proxy if the actor is homed on another node.
 
         False (synchronously) when the store has no location for it yet: the caller then
-        waits for a CreateActor as before. A single-node mesh answers at once.
+        holds the subscriber as an early one, and the store is asked again (see
+        `_look_again`) until the record shows up, a CreateActor comes, or the grace ends.
+        A single-node mesh answers at once.
         """
         answered: list[bool] = []
 
         def done(c: Completion) -> None:
-            holder = self.node.control.decode(c)
-            home = holder["home"] if holder else ""
-            if not home or home == self.node.mesh_address or not self._home_alive(home):
+            home = self._live_home(c)
+            if home is None:
                 answered.append(False)
+                self._look_again(actor_id)
                 return
             answered.append(True)
             self._proxy(actor_id, home, subscriber)
@@ -119,6 +125,49 @@ class ActorDirectory:
             return answered[0]
         # Remote shard: the answer comes later; hold the subscriber as an early one meanwhile.
         return False
+
+    def _look_again(self, actor_id: bytes, delay: float = FOLLOW_RETRY_S) -> None:
+        """No live location for an actor a handle here asks about: not a verdict. The
+        actor's home publishes it fire-and-forget when the creator's CreateActor lands, and
+        that put can reach the record's shard after our get does (they come from different
+        nodes), or the creator's node may not have had the CreateActor yet. Ask the store
+        again, backing off, while subscribers still wait for it here; the grace timer
+        (UNKNOWN_ACTOR_GRACE_S) still ends the wait for an actor no node knows."""
+        if actor_id in self.looking:
+            return
+        self.looking.add(actor_id)
+
+        def again() -> None:
+            self.looking.discard(actor_id)
+            if not self._waiting(actor_id):
+                return
+
+            def done(c: Completion) -> None:
+                home = self._live_home(c)
+                if not self._waiting(actor_id):
+                    return
+                early = self.actors.early_subscribers.get(actor_id)
+                if home is None or not early:
+                    self._look_again(actor_id, min(delay * 2, FOLLOW_RETRY_MAX_S))
+                    return
+                self._proxy(actor_id, home, next(iter(early)))
+
+            self.node.control.get(actor_key(actor_id), done)
+
+        self.node.loop.call_later(delay, again)
+
+    def _waiting(self, actor_id: bytes) -> bool:
+        """Subscribers here still wait for the actor, and nothing here knows it yet."""
+        return (actor_id in self.actors.early_subscribers
+                and actor_id not in self.actors.actors)
+
+    def _live_home(self, c: Completion) -> str | None:
+        """The other, live node a location record names as the actor's home, if any."""
+        holder = self.node.control.decode(c)
+        home = holder["home"] if holder else ""
+        if not home or home == self.node.mesh_address or not self._home_alive(home):
+            return None
+        return str(home)
 
     def forward_kill(self, msg: m.KillActor) -> None:
         """Pass a kill for an actor this node does not know on to its home, if it has one
