@@ -10,7 +10,7 @@ clock: the shell feeds events in (`handle`) and carries the actions out.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Literal
 
 import msgspec
@@ -104,6 +104,7 @@ class Ownership(LendingRules):
         self.gone: set[str] = set()  # processes whose death we handled (their addresses)
         self.gone_prefixes: set[str] = set()  # ... and every one under these ipc prefixes
         self.reading: set[bytes] = set()
+        self.settled_notes: OrderedDict[bytes, None] = OrderedDict()
         self._seq = 0
         # (event, actions); the fast paths log (event name, *its fields) instead, which
         # story() turns back into the event: no event object per ref on the hot path.
@@ -173,7 +174,7 @@ class Ownership(LendingRules):
         if rec is not None:
             rec.local -= 1
             if not (rec.local or rec.submitted or rec.borrowers or rec.escaped or rec.lent):
-                if rec.contained or rec.held:
+                if rec.contained or rec.held or (self.awaiting and not rec.owned):
                     out: list[Action] = []
                     self._maybe_free(object_id, out)
                     self.log.append((RemoveLocal(object_id), tuple(out)))
@@ -290,6 +291,8 @@ class Ownership(LendingRules):
             return
         del self.records[oid]
         out.append(Free(oid, rec.owner, rec.owned, rec.held))
+        if self.awaiting and not rec.owned:
+            self._drop_own_notes(oid, rec.owner, out)
         for i in rec.contained:  # values inside an owned value were held like arguments
             inner = self.records.get(i)
             if inner is not None:

@@ -17,6 +17,7 @@ A mixin: its state lives on `Ownership`, which also gives `_maybe_free` and `_ow
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -41,7 +42,9 @@ from zmesh.core.ownership_events import (
 if TYPE_CHECKING:
     from zmesh.core.ownership import Record
 
-__all__ = ["LendingRules"]
+__all__ = ["SETTLED_NOTES", "LendingRules"]
+
+SETTLED_NOTES = 4096  # settled noted lends an owner remembers (repeated notes of them are ignored)
 
 
 class LendingRules:
@@ -59,6 +62,10 @@ class LendingRules:
     # (at a lender) token -> {note number: the note, not yet acknowledged}: the answer waits
     awaiting: dict[bytes, dict[int, NoteBorrow]]
     reading: set[bytes]  # tokens of reads whose value we keep until their notes are answered
+    # (at an owner) the tokens of noted lends already settled, newest last (at most
+    # SETTLED_NOTES): a note of one that comes again (a resend overtaken by the hand-off)
+    # is acknowledged and kept no more
+    settled_notes: OrderedDict[bytes, None]
     _seq: int  # the number of our latest note
     gone: set[str]  # processes whose death we handled (their addresses)
     gone_prefixes: set[str]  # ... and every process with ipc sockets under these
@@ -200,6 +207,8 @@ class LendingRules:
         kept_already = self.noted.get(e.token)
         if kept_already is not None and e.seq in kept_already[2]:
             return  # a repeated note (our acknowledgement was lost): kept already
+        if e.token in self.settled_notes:
+            return  # a repeated note whose lend the borrower settled meanwhile
         if e.borrower == e.lender:  # it keeps them itself: register it
             for oid in e.object_ids:
                 rec = self.records.get(oid)
@@ -277,7 +286,32 @@ class LendingRules:
                 self._maybe_free(oid, out)
         if not left:
             del self.lends[token]
-            self.noted.pop(token, None)
+            if self.noted.pop(token, None) is not None:
+                self.settled_notes[token] = None
+                if len(self.settled_notes) > SETTLED_NOTES:
+                    self.settled_notes.popitem(last=False)
+
+    def _drop_own_notes(self, oid: bytes, owner: str, out: list[Action]) -> None:
+        """We stopped borrowing `oid` (our `Free` tells `owner`) before `owner` acknowledged
+        a note that registers us for it (a borrowed argument we kept, refs of a value we
+        read): that note is not sent again, since a resend after our release would register
+        us anew, for good. One already sent arrives before the release (one channel, in
+        order); a lost one registered nothing. An answer waiting only for it goes."""
+        for token, waiting in list(self.awaiting.items()):
+            for seq, note in list(waiting.items()):
+                if (note.owner != owner or note.borrower != self.address
+                        or oid not in note.object_ids):
+                    continue
+                keep = [i for i, o in enumerate(note.object_ids) if o != oid]
+                if not keep:
+                    del waiting[seq]
+                    continue
+                outers = tuple(note.outers[i] for i in keep) if note.outers else ()
+                waiting[seq] = NoteBorrow(owner, token, tuple(note.object_ids[i] for i in keep),
+                                          outers, note.borrower, seq)
+            if not waiting:
+                del self.awaiting[token]
+                self._noted_all(token, out)
 
     def _check_lends(self) -> None:
         """The invariants of lends and notes (part of `Ownership.validate`)."""

@@ -433,6 +433,10 @@ def run_steps(steps: list[Any]) -> Mesh:
 # a link of a chain (the caller kept its ref for the worker it gave X to) dies
 @example([("drop_local", 0), ("give", 0, 0, True), ("deliver", 0), ("finish", 0, False),
           ("deliver", 0), ("kill", 1, 0)])
+# a note sent again after its lender let go of what it registers (found by CI: the owner
+# registered the lender anew, for good)
+@example([("give", 0, 0, False), ("give", 1, 0, False), ("settle",), ("finish", 1, False),
+          ("finish", 0, False), ("renote", 0)])
 def test_no_interleaving_frees_a_held_object_and_everything_goes_at_the_end(steps: list[Any]
                                                                             ) -> None:
     run_steps(steps).wind_down()
