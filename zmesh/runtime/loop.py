@@ -59,6 +59,7 @@ class EventLoop:
         self._stopping = False
         self._wait = -1.0  # the receive timeout last asked for (see `_timeout`)
         self._when_idle: list[Callable[[], Any]] = []  # see `call_when_idle`
+        self._idle_by = 0.0  # when they run whatever waits
         self.thread: threading.Thread | None = None
         # Fault injection (zmesh.testing.Cluster.cut): peers whose messages are dropped both
         # ways, as if the link to them were cut.
@@ -109,9 +110,10 @@ class EventLoop:
         after `max_wait` seconds whatever waits (loop thread only). For verdicts that must
         not miss a message already here: a timer runs before the messages that queued
         while the loop was busy, such as the answer it is about to give up on."""
+        by = time.monotonic() + max_wait  # (the loop looks at it while any wait: no timer)
+        if not self._when_idle or by < self._idle_by:
+            self._idle_by = by
         self._when_idle.append(fn)
-        if len(self._when_idle) == 1:
-            self.call_later(max_wait, self._run_when_idle)
 
     def _run_when_idle(self) -> None:
         waiting, self._when_idle = self._when_idle, []
@@ -194,10 +196,10 @@ class EventLoop:
                     item = endpoint.recv(0)
                 except TransportError:
                     break
-                if item is None:
-                    self._run_when_idle()
-                else:
+                if item is not None:
                     self._dispatch(*item)
+                if item is None or time.monotonic() >= self._idle_by:
+                    self._run_when_idle()
                 continue
             self._sleeping = True
             if calls:

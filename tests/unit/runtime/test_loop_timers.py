@@ -128,3 +128,22 @@ def test_call_when_idle_runs_by_its_deadline_when_messages_keep_coming(
     loop.run()
     assert len(ran) == 1 and 0.2 <= ran[0] <= 0.2 + 0.011, ran
     assert len(seen) < 1000
+
+
+def test_call_when_idle_leaves_no_timer_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A bound kept as a timer woke the loop once more for every membership tick (most run
+    # at once, the inbox empty): idle CPU.
+    clock = Clock()
+    monkeypatch.setattr(loop_module, "time", clock)
+    endpoint = IdleEndpoint(clock)
+    loop = EventLoop(endpoint, "test")  # type: ignore[arg-type]
+    ran: list[float] = []
+
+    def arm() -> None:
+        loop.call_when_idle(lambda: ran.append(clock.now), max_wait=0.5)
+        loop.call_later(1.0, loop.stop)
+
+    loop.call_soon(arm)
+    loop.run()
+    assert len(ran) == 1
+    assert [w for w in endpoint.waits if w] == [pytest.approx(1.0)], endpoint.waits
