@@ -123,7 +123,7 @@ class PushIn:
         this pair was being made: the producer could not send even its refusal)."""
         with self.lock:
             self.came.wait_for(lambda: key in self.kept or key in self.refused or self.ended,
-                               pu.PUSH_WAIT_S)
+                               pu.push_wait_s())
             self.refused.pop(key, None)
 
     def _take_header(self) -> bool:

@@ -64,7 +64,22 @@ with more, each read's push would queue behind the unread ones and come in too l
 MAX_KEPT = 4  # pushed transfers a consumer keeps for a later read, per pair
 PUSH_WAIT_S = 2.0
 """How long a read of a pushed ref waits for the push (or the producer's refusal) when
-neither comes: only a push asked for while the pair was being made, or lost with a producer."""
+neither comes: only a push asked for while the pair was being made, or lost with a producer
+(or one that is merely late on a loaded machine: the read then pulls). The consumer's
+environment may set another (ZMESH_TENSOR_PUSH_WAIT_S, read at each wait)."""
+PUSH_WAIT_ENV = "ZMESH_TENSOR_PUSH_WAIT_S"
+
+
+def push_wait_s() -> float:
+    """PUSH_WAIT_S, or the consumer's ZMESH_TENSOR_PUSH_WAIT_S (a positive number)."""
+    raw = os.environ.get(PUSH_WAIT_ENV)
+    if raw is None:
+        return PUSH_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        return PUSH_WAIT_S
+    return value if value > 0 else PUSH_WAIT_S
 PUSH_KEEP_S = 30.0  # ... and for at most this long (checked at its next read on the pair)
 _MARK = struct.Struct("<H")
 _U32 = struct.Struct("<I")

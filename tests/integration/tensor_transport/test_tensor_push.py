@@ -127,7 +127,11 @@ def value(scale: float) -> float:
 def _paired(ray):
     """A producer and a consumer whose pair is made (by a first read, a pull, of a ref the
     call does not take at its top level: no push of it comes in later)."""
-    p, c = Producer.remote(), Consumer.remote()
+    # the read of an ordered push waits for it up to 60 s here, not 2: on a loaded machine
+    # (CI beside other jobs) a push could come after 2 s, the read then pulled, and the
+    # exact counts below are what the test is about
+    p = Producer.remote()
+    c = Consumer.options(runtime_env={"env_vars": {"ZMESH_TENSOR_PUSH_WAIT_S": "60"}}).remote()
     assert ray.get(c.load_nested.remote([p.weights.remote(0.5)]), timeout=120) == value(0.5)
     return p, c, ray.get(p.address.remote()), ray.get(c.address.remote())
 
