@@ -47,13 +47,21 @@ def fill(buf: memoryview | np.ndarray, size: int) -> None:
 class TransferHalf:
     """A node's transfer half in this process: store, endpoint, loop thread, ObjectTransfer."""
 
-    def __init__(self, store_dir: str, capacity: int, chunk: int, window: int) -> None:
+    def __init__(self, store_dir: str, capacity: int, chunk: int | None = None,
+                 window: int | None = None, *, insecure: bool = False,
+                 local_root: str | None = None) -> None:
+        """`chunk`/`window`: ObjectTransfer's (its defaults when None); `insecure`: CURVE
+        off; `local_root`: the store root same-host copies may read from (None: off)."""
+        options: dict[str, Any] = {"local_root": local_root}
+        if chunk is not None:
+            options["chunk_size"] = chunk
+        if window is not None:
+            options.update(window=window, max_outstanding=max(window, 16))
         self.store = ObjectStore(store_dir, capacity, max_segment_size=2 << 30)
-        self.endpoint = open_endpoint("tcp://127.0.0.1:0")
+        self.endpoint = open_endpoint("tcp://127.0.0.1:0", insecure=insecure)
         self.loop = EventLoop(self.endpoint, "bench")
         self.mapper = StoreMapper(store_dir)
-        self.transfer = ObjectTransfer(self.store, mapper=self.mapper, chunk_size=chunk,
-                                       window=window, max_outstanding=max(window, 16))
+        self.transfer = ObjectTransfer(self.store, mapper=self.mapper, **options)
         self.transfer.register(self.loop)
         self.loop.start_thread()
 

@@ -36,9 +36,8 @@ from typing import Any
 
 import numpy as np
 
-MiB = 1 << 20
-OBJECT_ID = b"same-host-bench"
-SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_object_transfer import OBJECT_ID, SHM, MiB, TransferHalf  # noqa: E402
 
 
 def cpu_of(pid: int | None = None) -> float:
@@ -51,57 +50,17 @@ def cpu_of(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def fill(buf: Any, size: int) -> None:
-    np.frombuffer(buf, np.uint8, count=size)[:] = np.arange(size, dtype=np.uint8) * 7 + 3
-
 
 # -- pair: two transfer halves ----------------------------------------------------------------
 
 
-class Half:
-    """A node's transfer half: store, endpoint, loop thread, ObjectTransfer."""
+class Half(TransferHalf):
+    """A node's transfer half (`bench_object_transfer.TransferHalf`), with same-host copies
+    on when given a `local_root`."""
 
     def __init__(self, store_dir: str, capacity: int, insecure: bool,
                  local_root: str | None) -> None:
-        from zmesh.runtime.loop import EventLoop
-        from zmesh.runtime.node.object_transfer import ObjectTransfer
-        from zmesh.store.mapping import StoreMapper
-        from zmesh.store.object_store import ObjectStore
-        from zmesh.transports import open_endpoint
-
-        self.store = ObjectStore(store_dir, capacity, max_segment_size=2 << 30)
-        self.endpoint = open_endpoint("tcp://127.0.0.1:0", insecure=insecure)
-        self.loop = EventLoop(self.endpoint, "bench")
-        self.mapper = StoreMapper(store_dir)
-        self.transfer = ObjectTransfer(self.store, mapper=self.mapper, local_root=local_root)
-        self.transfer.register(self.loop)
-        self.loop.start_thread()
-
-    def call(self, fn: Any, *args: Any) -> Any:
-        done = threading.Event()
-        box: list[Any] = []
-
-        def run() -> None:
-            try:
-                box.append(fn(*args))
-            except BaseException as exc:
-                box.append(exc)
-            done.set()
-
-        self.loop.call_soon(run)
-        done.wait()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
-
-    def put(self, size: int) -> None:
-        def write() -> None:
-            loc = self.store.allocate(OBJECT_ID, size, owner="bench")
-            with self.mapper.writable(loc) as view:
-                fill(view, size)
-            self.store.seal(OBJECT_ID)
-
-        self.call(write)
+        super().__init__(store_dir, capacity, insecure=insecure, local_root=local_root)
 
     def pull(self, source: str, size: int) -> float:
         done = threading.Event()
@@ -138,15 +97,6 @@ class Half:
 
         ok: bool = self.call(check)
         return ok
-
-    def close(self) -> None:
-        self.loop.stop()
-        if self.loop.thread is not None:
-            self.loop.thread.join(10)
-        self.transfer.close()
-        self.endpoint.close()
-        self.mapper.close()
-        self.store.close()
 
 
 def serve_pair(root: str, size: int, insecure: bool) -> None:
