@@ -4,12 +4,14 @@ Two source processes hold the same object: one a zmesh node's transfer half (sto
 event loop + ObjectTransfer), one a hand-written pyzmq ROUTER that answers chunk requests
 with zero-copy slices of a numpy buffer. This process pulls the object from each over
 loopback tcp with the same chunk size and window of outstanding requests, landing the bytes
-in its store (zmesh) or in a preallocated buffer (raw: the same one copy per chunk). Rounds
+in its store (zmesh) or in a preallocated buffer (raw: the same one copy per chunk). zmesh's
+tcp is CURVE-encrypted (the sources hold this process's token) unless --insecure. Rounds
 alternate; the first zmesh round writes into fresh store memory (cold), later ones reuse
 it, as the raw buffer is reused.
 
     python benchmarks/bench_object_transfer.py [--quick] [--size-mb N] [--chunk-mib N]
                                                [--window N] [--rounds N] [--sweep]
+                                               [--insecure]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import zmq
 
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.object_transfer import ObjectTransfer
+from zmesh.security import keys
 from zmesh.store.mapping import StoreMapper
 from zmesh.store.object_store import ObjectStore
 from zmesh.transports import open_endpoint
@@ -139,10 +142,17 @@ def serve_raw(size: int) -> None:
 
 def start_source(kind: str, size: int, chunk: int, window: int) -> tuple[subprocess.Popen[str],
                                                                          str]:
+    """Start a source child; it holds this process's cluster token (tcp is CURVE + ZAP
+    admitted: a child with keys of its own is a mesh of its own and answers nothing of ours,
+    which the pull saw as a source that "stopped answering ... after 0 bytes")."""
+    env = dict(os.environ)
+    creds = keys.process_credentials()
+    if creds is not None:
+        env[keys.TOKEN_ENV] = creds.token
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind, "--size-mb", str(size / 1e6),
          "--chunk-mib", str(chunk / MiB), "--window", str(window)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     address = proc.stdout.readline().strip()
     if not address:
@@ -285,8 +295,13 @@ def main() -> None:
     p.add_argument("--window", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--sweep", action="store_true", help="try several chunk sizes and windows")
+    p.add_argument("--insecure", action="store_true",
+                   help="zmesh's tcp without CURVE (as the raw pyzmq transfer is): both "
+                        "halves get $ZMESH_INSECURE=1")
     p.add_argument("--serve", choices=["zmesh", "raw"], help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.insecure:
+        os.environ[keys.INSECURE_ENV] = "1"  # before any endpoint opens; the children inherit it
     size = int((256.0 if a.quick else a.size_mb) * 1e6)
     chunk = int(a.chunk_mib * MiB)
     if a.serve == "zmesh":
