@@ -272,6 +272,11 @@ class Checker:
             rule = mesh.link_faults(drop=drop, duplicate=dup, delay=delay, reorder=reorder)
             mesh.after(dur, lambda: mesh.net.rules.remove(rule) if rule in mesh.net.rules
                        else None)
+        elif kind == "link_kinds":  # faults on some kinds of message only
+            _, kinds, drop, dup, reorder, dur = step
+            rule = mesh.link_faults(drop=drop, duplicate=dup, reorder=reorder, kinds=kinds)
+            mesh.after(dur, lambda: mesh.net.rules.remove(rule) if rule in mesh.net.rules
+                       else None)
         elif kind == "slow":
             mesh.slow_node(step[1], step[2])
             mesh.after(step[3], lambda name=step[1]: mesh.slow_node(name, 0.0))

@@ -172,6 +172,12 @@ _hand_on_faults = st.one_of(
     st.tuples(st.just("link"), st.sampled_from([0.0, 0.05]), st.sampled_from([0.0, 0.1]),
               st.sampled_from([0.0, 0.3]), st.sampled_from([0.0, 0.1]),
               st.sampled_from([0.2, 1.0, 5.0])),
+    # the owner's asks lost, doubled or reordered (it asks again), the hand-offs doubled
+    st.tuples(st.just("link_kinds"), st.just(["AskHandOff"]), st.sampled_from([0.0, 1.0]),
+              st.sampled_from([0.0, 0.5]), st.sampled_from([0.0, 0.5]),
+              st.sampled_from([1.0, 5.0])),
+    st.tuples(st.just("link_kinds"), st.just(["HandOffBorrow"]), st.just(0.0),
+              st.sampled_from([0.5, 1.0]), st.just(0.0), st.sampled_from([1.0, 5.0])),
 )
 
 
@@ -224,3 +230,36 @@ def test_a_generators_node_killed_mid_hand_off_frees_none_of_its_items_refs() ->
         del refs, gen
         gc.collect()
         assert mesh.run_until(lambda: not any(oid in owner for oid in oids), timeout=30)
+
+
+def test_a_lost_ask_and_a_lost_answer_to_it_leak_nothing() -> None:
+    # The driver's hand-offs are lost (its answer, then its answer to the owner's ask) and
+    # so is the owner's first AskHandOff after the lender's node is killed. Before, the
+    # owner asked once: it kept the object for the driver until the driver died (the
+    # driver dropped its ref, nothing was freed). It now asks again while the lend is
+    # unsettled; the driver answers each ask as it would the answer (a repeat is harmless).
+    with sim_mesh(nodes=3, seed=3) as mesh:
+        maker = Maker.options(scheduling_strategy=_on(mesh, "n2")).remote()
+        assert zmesh.get(zmesh.get(maker.make.remote(0), timeout=30)[0], timeout=30) == 0
+        lost = mesh.link_faults(drop=1.0, kinds=["HandOffBorrow"])
+        asks = mesh.link_faults(drop=1.0, kinds=["AskHandOff"])
+        back = zmesh.get(fetch.options(scheduling_strategy=_on(mesh, "n1")).remote(maker, 8),
+                         timeout=30)
+        objects = _client_at(mesh, back.owner).objects
+        owner, oid = objects.entries, back.id
+        mesh.kill_node("n1")
+        assert mesh.run_until(lambda: bool(objects.core.dead_owners), 55.0)
+        core = objects.core
+        assert mesh.run_until(lambda: any(core._is_gone(w) for w, _, _ in core.noted.values()),
+                              10.0)  # the owner heard of the lender's death: it asked
+        mesh.advance(1.0)  # (its ask was lost)
+        mesh.net.rules.remove(asks)
+        mesh.advance(5.0)  # asked again: the driver's answer is lost too
+        mesh.net.rules.remove(lost)
+        mesh.advance(5.0)  # asked again and answered: the driver holds `back` (not its
+        # return, which is gone): it takes it over, a refusal would free it under `back`
+        assert oid in owner and not core.noted
+        assert zmesh.get(back, timeout=30) == 8
+        del back
+        gc.collect()
+        assert mesh.run_until(lambda: oid not in owner, timeout=30), objects.core.story(oid)

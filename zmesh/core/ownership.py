@@ -21,6 +21,7 @@ from zmesh.core.ownership_events import (
     AddBorrower,
     AddLocal,
     AddSubmitted,
+    AskAgain,
     AskBorrower,
     BorrowerGone,
     BorrowNote,
@@ -56,7 +57,7 @@ from zmesh.core.ownership_events import (
 from zmesh.core.ownership_lending import LendingRules
 
 __all__ = [
-    "AckNote", "AddBorrower", "AddLocal", "AddSubmitted", "AskBorrower", "BorrowNote",
+    "AckNote", "AddBorrower", "AddLocal", "AddSubmitted", "AskAgain", "AskBorrower", "BorrowNote",
     "BorrowerGone", "Event", "Action", "Escaped", "Free", "FailBorrowed", "HandOff", "HandedOff",
     "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "NoteAcked", "NoteBorrow",
     "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
@@ -430,5 +431,5 @@ _RULES = {
     Lend: Ownership._lend, LendDone: Ownership._lend_done, TakeReturned: Ownership._take_returned,
     HandedOff: Ownership._handed_off, KeepBorrowed: Ownership._keep_borrowed,
     BorrowNote: Ownership._borrow_note, NoteAcked: Ownership._note_acked,
-    ReadBorrowed: Ownership._read_borrowed,
+    ReadBorrowed: Ownership._read_borrowed, AskAgain: Ownership._ask_again,
 }

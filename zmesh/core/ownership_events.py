@@ -15,6 +15,7 @@ __all__ = [
     "AddBorrower",
     "AddLocal",
     "AddSubmitted",
+    "AskAgain",
     "AskBorrower",
     "BorrowNote",
     "BorrowerGone",
@@ -198,6 +199,12 @@ class BorrowNote(msgspec.Struct):
     seq: int = 0  # the lender's number of the note: a repeated note is acknowledged again
 
 
+class AskAgain(msgspec.Struct):
+    """(At the owner; a timer) ask again the borrowers of the noted lends whose lender
+    died and that are still unsettled: an `AskBorrower` or its answer may have been lost
+    (a lost one would keep the objects for the borrower until it died)."""
+
+
 class NoteAcked(msgspec.Struct):
     """`owner` acknowledged our `NoteBorrow` number `seq` of lend `token` (a repeated
     acknowledgement, or one from another process, counts for nothing)."""
@@ -244,7 +251,7 @@ class ProbeTimedOut(msgspec.Struct):
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
          | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
          | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff
-         | KeepBorrowed | BorrowNote | NoteAcked | ReadBorrowed)
+         | KeepBorrowed | BorrowNote | NoteAcked | ReadBorrowed | AskAgain)
 
 
 # -- actions --------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from zmesh.core.ownership_events import (
     AckNote,
     Action,
+    AskAgain,
     AskBorrower,
     BorrowNote,
     HandedOff,
@@ -187,8 +188,15 @@ class LendingRules:
             else:
                 out.append(ReleaseLender(e.lender, e.token, e.inner))
             return
-        if host is None:  # nobody can read the value: refuse (the lender's hold ends)
-            out.append(HandOff(e.owner, e.inner, e.lender, e.token, False))
+        if host is None:  # nobody can read the value: refuse (the lender's hold ends),
+            # but what we hold another way we take (a repeated ask whose first answer, a
+            # take, was lost: a refusal now would free what we still hold)
+            held = tuple(i for i in e.inner if i in self.records)
+            if held:
+                out.append(HandOff(e.owner, held, e.lender, e.token, True))
+            if len(held) < len(e.inner):
+                out.append(HandOff(e.owner, tuple(i for i in e.inner if i not in held),
+                                   e.lender, e.token, False))
             return
         for i in e.inner:
             rec = self.records.get(i)
@@ -265,6 +273,18 @@ class LendingRules:
             for oid, outer in zip(ids, outers, strict=True):  # we are the borrower: settle
                 self._take_returned(TakeReturned(outer, (oid,), self.address, lender, token),
                                     out)
+
+    def _ask_again(self, e: AskAgain, out: list[Action]) -> None:
+        """Ask again every borrower of a noted lend whose lender died (the lends a
+        `BorrowerGone` asked about that are still open): the ask or its answer may have
+        been lost; a borrower answers a repeated ask as the first (a repeated take holds
+        as much as it releases later; a refusal leaves out what it still holds)."""
+        for token, (lender, where, _) in sorted(self.noted.items()):
+            borrower = self.lends[token][0]
+            if self._is_gone(lender) and borrower != self.address:
+                ids = tuple(sorted(where))
+                out.append(AskBorrower(borrower, token, ids, tuple(where[i] for i in ids),
+                                       lender))
 
     # -- any ---------------------------------------------------------------------------------
     def _end_lend(self, token: bytes, object_ids: tuple[bytes, ...] | None,

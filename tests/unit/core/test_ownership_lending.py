@@ -22,6 +22,7 @@ from zmesh.core.ownership import (
     AddBorrower,
     AddLocal,
     AddSubmitted,
+    AskAgain,
     AskBorrower,
     BorrowerGone,
     BorrowNote,
@@ -55,7 +56,9 @@ class Mesh:
     -> owner; ("settled", token, ids) -> lender; ("ask", token, ids, outers, lender) owner
     -> borrower; ("remove", ids, borrower); ("gone", name) from "mem" (a death heard);
     ("task", tid, keep, outer) giver -> runner (X as an argument), ("task_done", tid,
-    borrowed, outer or b"", token) back, ("failed", tid) from "mem" (the runner died)."""
+    borrowed, outer or b"", token) back, ("failed", tid) from "mem" (the runner died).
+    An ask, or a hand-off answering one (tagged "asked"), may be lost; an ask or a hand-off
+    may come twice; the owner asks again on its timer (`AskAgain`)."""
 
     def __init__(self) -> None:
         self.cores = {n: Ownership(n) for n in NAMES}
@@ -68,6 +71,7 @@ class Mesh:
         self.tasks: dict[bytes, tuple[str, str, bool, bytes]] = {}  # running: giver, runner..
         self.answers: dict[bytes, tuple[str, str]] = {}  # answered, not yet delivered
         self.n = 0
+        self.asked = False  # delivering an ask: a hand-off sent now answers it
         self.handle(OWNER, AddLocal(X, OWNER))
         self.handle(OWNER, AddBorrower((X,), W1))
         self.handle(W1, AddLocal(X, OWNER))
@@ -90,7 +94,8 @@ class Mesh:
                     elif oid == X:
                         self.send(name, owner, ("remove", (oid,), name))
                 case HandOff(owner, ids, lender, token, take):
-                    self.send(name, owner, ("handoff", ids, name, lender, token, take))
+                    self.send(name, owner, ("handoff", ids, name, lender, token, take,
+                                            "asked" if self.asked else ""))
                 case ReleaseLender(lender, token, ids):
                     self.send(name, lender, ("settled", token, ids))
                 case NoteBorrow(owner, token, ids, outers, borrower, seq):
@@ -125,7 +130,7 @@ class Mesh:
             self.handle(dst, TakeReturned(outer, (X,), OWNER, src, token))
             self.values.add((dst, outer))
         elif kind == "handoff":
-            _, ids, borrower, lender, token, take = msg
+            _, ids, borrower, lender, token, take, _ = msg
             self.handle(dst, HandedOff(ids, borrower, lender, token, take))
         elif kind == "settled":
             self.handle(dst, LendDone(msg[1], msg[2]))
@@ -138,8 +143,10 @@ class Mesh:
             self.handle(dst, NoteAcked(msg[1], msg[2], src))
         elif kind == "ask":  # as the shell does: per return, as if the answer had come
             _, token, ids, outers, lender = msg
+            self.asked = True
             for oid, outer in zip(ids, outers, strict=True):
                 self.handle(dst, TakeReturned(outer, (oid,), src, lender, token))
+            self.asked = False
         elif kind == "gone":
             self.handle(dst, BorrowerGone(msg[1]))
         elif kind == "task":  # X arrives as an argument (a ref in the runner)
@@ -301,6 +308,25 @@ class Mesh:
                 self.send(name, note.owner, ("note", note.token, note.object_ids, note.outers,
                                              note.borrower, note.seq))
 
+    def lose(self, k: int, twice: bool) -> None:
+        """The next message on a channel is lost (an ask, or a hand-off answering one) or
+        comes twice (an ask or any hand-off), as on a lossy link."""
+        keys = sorted(key for key, q in self.chan.items() if q[0][0] in ("ask", "handoff"))
+        if not keys:
+            return
+        key = keys[k % len(keys)]
+        q = self.chan[key]
+        if twice:
+            q.insert(1, q[0])
+        elif q[0][0] == "ask" or q[0][-1] == "asked":
+            q.popleft()
+            if not q:
+                del self.chan[key]
+
+    def reask(self) -> None:
+        """The owner's timer: it asks again about dead lenders' open lends."""
+        self.handle(OWNER, AskAgain())
+
     def quiesce(self) -> None:
         while self.chan:
             self.deliver(next(iter(self.chan)))
@@ -308,6 +334,7 @@ class Mesh:
     def wind_down(self) -> None:
         """Every live ref goes and every message lands: nothing stays tracked anywhere."""
         for _ in range(200):
+            self.reask()
             self.quiesce()
             while self.tasks:
                 self.finish(0, False)
@@ -345,6 +372,8 @@ _STEP = {
     "finish": st.tuples(st.just("finish"), _i, st.booleans()),
     "chain": st.tuples(st.just("chain"), _i, _i, st.booleans(), st.booleans()),
     "renote": st.tuples(st.just("renote"), _i),
+    "lose": st.tuples(st.just("lose"), _i, st.booleans()),
+    "reask": st.tuples(st.just("reask")),
 }
 
 
@@ -422,6 +451,10 @@ def run_steps(steps: list[Any]) -> Mesh:
             mesh.finish(step[1], step[2])
         elif kind == "renote" and hasattr(mesh, "renote"):
             mesh.renote(step[1])
+        elif kind == "lose":
+            mesh.lose(step[1], step[2])
+        elif kind == "reask":
+            mesh.reask()
     return mesh
 
 
@@ -437,6 +470,10 @@ def run_steps(steps: list[Any]) -> Mesh:
 # registered the lender anew, for good)
 @example([("give", 0, 0, False), ("give", 1, 0, False), ("settle",), ("finish", 1, False),
           ("finish", 0, False), ("renote", 0)])
+# the lender dies with its answer on the way (lost), and the owner's ask is lost: asked
+# once only, the owner kept X for the caller until the caller died
+@example([("ret", 0, 1, False), ("deliver", 0), ("deliver", 0), ("kill", 1, 0),
+          ("deliver", 1), ("lose", 0, False)])
 def test_no_interleaving_frees_a_held_object_and_everything_goes_at_the_end(steps: list[Any]
                                                                             ) -> None:
     run_steps(steps).wind_down()

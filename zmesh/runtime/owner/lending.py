@@ -23,6 +23,7 @@ from zmesh.core.exhaustive import assert_never
 from zmesh.core.ownership import (
     AckNote,
     Action,
+    AskAgain,
     AskBorrower,
     BorrowNote,
     FailBorrowed,
@@ -50,6 +51,8 @@ __all__ = ["Lending", "lend_token"]
 
 NOTE_PATIENCE_S = 2.0  # an answer held back this long sends its notes again and checks
 # that the owners it waits for live
+ASK_AGAIN_S = 2.0  # an owner asks a borrower to settle a dead lender's lend again after this
+# (the ask or its answer may have been lost), until it is settled
 
 
 def lend_token(task_id: bytes, attempt: int) -> bytes:
@@ -67,6 +70,7 @@ class Lending:
         # token -> event: threads waiting until the notes of a lend are acknowledged
         self._waiters: dict[bytes, threading.Event] = {}
         self._watched: set[bytes] = set()  # tokens whose unanswered notes a timer watches
+        self._asking = False  # a timer will ask again about dead lenders' open lends
 
     def register(self, loop: Any) -> None:
         loop.on(m.HandOffBorrow, self._on_hand_off)
@@ -233,6 +237,10 @@ class Lending:
                 case AskBorrower(borrower, token, ids, outers, lender):
                     send(borrower, m.AskHandOff(token=token, object_ids=list(ids),
                                                 outers=list(outers), lender=lender))
+                    if threadsafe:
+                        loop.call_soon(self._arm_ask)
+                    else:
+                        self._arm_ask()
                 case SendAnswer(token):
                     if threadsafe:
                         loop.call_soon(self._release, token)
@@ -242,6 +250,17 @@ class Lending:
                     pass  # Free: carried by the object table; the others come of other events
                 case _:
                     assert_never(action)
+
+    def _arm_ask(self) -> None:
+        """(loop thread) We asked a borrower to settle: ask again in ASK_AGAIN_S while any
+        such lend is open (the core knows which)."""
+        if not self._asking:
+            self._asking = True
+            self.client.loop.call_later(ASK_AGAIN_S, self._ask_again)
+
+    def _ask_again(self) -> None:
+        self._asking = False
+        self.carry(self.client.objects.handle(AskAgain()))  # (its asks arm the next one)
 
     def _release(self, token: bytes) -> None:
         with self.client.objects.lock:
