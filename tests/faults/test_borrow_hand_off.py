@@ -202,6 +202,41 @@ def test_refs_handed_on_from_a_third_worker_under_random_faults() -> None:
     check()
 
 
+# Found by random `hand_on` schedules (a seed loop beyond the 60 above): the grant for the
+# nested get's task (make_big, owned by hand_on's worker on n0, forwarded to n2) reached n0
+# but was lost on its way to the owner, then n0 took n2 for dead (paused, lossy links). n0
+# told the owner the lease's worker exited and, having heard of the grant, did not place the
+# request again; the owner gave back n2's later copies of the grant, the get hung and the
+# lease of the task blocked in it stayed granted on n0 for good.
+_LOST_GRANT_SEED = 261859161
+_LOST_GRANT_STEPS: list[tuple[Any, ...]] = [
+    ('forget', 80),
+    ('kill_worker',),
+    ('forget', 21),
+    ('kill_worker',),
+    ('forget', 79),
+    ('hand_on', 51),
+    ('hand_on', 33),
+    ('forget', 38),
+    ('forget', 58),
+    ('link', 0.05, 0.1, 0.3, 0.0, 5.0),
+    ('pause', 'n2', 0.2),
+    ('pause', 'n1', 5.0),
+    ('kill_node', 'n1'),
+    ('hand_on', 64),
+    ('forget', 21),
+    ('hand_on', 42),
+    ('advance', 0.5),
+    ('get', 83),
+    ('advance', 0.01),
+    ('hand_on', 78)]
+
+
+def test_a_nested_gets_grant_lost_before_its_holder_was_taken_for_dead_is_placed_again() -> None:
+    violations, mesh = run_schedule(_LOST_GRANT_SEED, _LOST_GRANT_STEPS)
+    assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
+
+
 @zmesh.remote
 def fetch_items(maker: Any, n: int) -> Any:
     for v in range(n):  # each item a ref it borrows (the maker owns it)

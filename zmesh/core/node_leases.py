@@ -368,14 +368,16 @@ class NodeLeases(PoolRules):
 
     def _lost_remote(self, lease: Lease, why: str) -> list[Action]:
         """The node holding a lease we forwarded is gone. Its worker went with it: the owner
-        retries what it sent there. If no word of a grant came, the grant may still have
-        reached the owner (only the word to us was lost), so the request is placed again
-        under a fresh lease id: the owner takes that grant only if it still waits for one,
-        and gives it back otherwise; a stale id can never be mistaken for the new lease."""
+        retries what it sent there. Whether or not word of a grant came to us, the owner may
+        never have had it (its copy of the grant, or ours, can be lost), and once told the
+        worker exited it gives back any later copy of that grant: so the request is placed
+        again under a fresh lease id. The owner takes that grant only if it still waits for
+        its request, and gives it back otherwise; a stale id can never be mistaken for the new
+        lease. (Placed again only when no grant was heard of, an owner whose grant was lost
+        waited forever: a nested get under a pause, a node death and lossy links left the
+        blocked task's lease granted for good.)"""
         del self.leases[lease.lease_id]
         out: list[Action] = [TellWorkerExited(lease.lease_id, lease.owner, None, why)]
-        if lease.remote_granted:
-            return out
         new_id = hashlib.blake2b(lease.lease_id, digest_size=len(lease.lease_id),
                                  person=b"zmesh-replace").digest()
         again = msgspec.structs.replace(

@@ -313,6 +313,28 @@ def test_a_lost_holder_whose_grant_we_never_heard_of_is_replaced_under_a_fresh_i
     h.core.validate()
 
 
+def test_a_lost_holder_whose_grant_we_heard_of_is_replaced_too():
+    # Found by random `hand_on` schedules (test_borrow_hand_off.py's @example): the holder's
+    # grant reached us but not the owner (dropped), then we took the holder's node for dead
+    # (paused, lossy links). We told the owner the lease's worker exited and, since we had
+    # heard of the grant, did not place the request again; the owner, told so, gave back
+    # the holder's later copies of the grant, and its request waited forever (a nested get
+    # hung, and the lease of the task blocked in it stayed granted). It is placed again.
+    h = Harness()
+    _forwarded(h)
+    h.core.handle(ev.ForwardSent(b"L1", "tcp://n2"))
+    h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))
+    h.sched.update_cluster({})
+    h.feed(ev.WorkerStarted(b"w1"))
+    actions = h.core.handle(ev.PeerDied("tcp://n2", "n2", "died"))
+    exited = [a for a in actions if isinstance(a, ev.TellWorkerExited)]
+    assert [(a.lease_id, a.owner) for a in exited] == [(b"L1", OWNERS[0])]
+    assert b"L1" not in h.core.leases and len(h.core.leases) == 1
+    (new_id,) = h.core.leases
+    assert new_id != b"L1" and h.core.leases[new_id].request_id == 7
+    h.core.validate()
+
+
 def test_a_holder_announces_a_forwarded_lease_until_its_origin_no_longer_has_it():
     # A ReturnLease sent on to the holder was lost: the holder kept the worker and the CPU
     # forever. It now says again each sweep that it holds the lease; the origin, which keeps
