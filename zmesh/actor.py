@@ -230,11 +230,10 @@ class ActorClass:
             spec.methods = dict(self._methods)
             spec.max_task_retries = retries
             spec.method_opts = cloudpickle.dumps(self._method_opts) if self._method_opts else b""
-        if nested:
-            client.objects.mark_escaped([r.id for r in nested if r.owner == client.address])
         # top-level ref arguments are resolved by the runtime, without blocking here: the
-        # spec goes to the node once their values exist (calls queue until the actor is up)
-        client.actors.create(spec, retries, top)
+        # spec goes to the node once their values exist (calls queue until the actor is up);
+        # every ref of the arguments is held while the actor lives
+        client.actors.create(spec, retries, top, nested)
         life = None
         if lifetime != "detached":  # its handles are counted: the last one gone ends it
             life = ObjectRef(actor_life_id(actor_id), client.address, client)

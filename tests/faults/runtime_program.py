@@ -2,7 +2,8 @@
 
 A schedule is a list of steps: operations (tasks, chains, nested fan-out, puts, borrowed
 refs, refs returned from inside tasks, borrowed refs returned to the caller (given as
-arguments, or borrowed from a third worker: `hand_on`, run by test_borrow_hand_off.py),
+arguments, or borrowed from a third worker: `hand_on`, run by test_borrow_hand_off.py, with
+`ctor`: an actor keeping such a ref from its constructor's argument),
 actors with restarts and numbered calls, placement groups, gets, dropped refs) mixed with faults (kill a worker, an actor, a node or an owner;
 pause a node; partition and heal; drop, duplicate, delay and reorder messages; slow a node).
 `run_schedule` runs one and returns the violations it saw; the invariants are listed on
@@ -102,6 +103,18 @@ def hand_on(v: int) -> list[Any]:
 
 
 @zmesh.remote
+class CtorHolder:
+    """Keeps a ref given inside its constructor's argument for its life (restarts too):
+    the return of a `hand_on`, whose value holds a ref a third worker owns."""
+
+    def __init__(self, boxes: list[Any]) -> None:
+        self.box = boxes[0]
+
+    def read(self) -> Any:
+        return zmesh.get(zmesh.get(self.box)[0])
+
+
+@zmesh.remote
 class Log:
     """Numbered calls from one caller; answers (incarnation, every number seen since)."""
 
@@ -166,6 +179,7 @@ class Checker:
         self.puts: list[tuple[Any, np.ndarray]] = []
         self.actors: list[ActorRec] = []
         self.groups: list[Any] = []
+        self.holders: list[tuple[Any, int]] = []  # CtorHolder handles, the value they hold
         self.removed_groups: set[bytes] = set()
         self.violations: list[str] = []
         self.faulted = False
@@ -202,6 +216,14 @@ class Checker:
         elif kind == "hand_on":
             self.pending.append(Pending("hand_on", hand_on.remote(step[1]),
                                         _value(200_000, step[1]), deref=True))
+        elif kind == "ctor":  # an actor whose constructor gets a ref a third worker owns
+            holder = CtorHolder.options(max_restarts=1,  # type: ignore[attr-defined]
+                                        max_task_retries=1).remote([hand_on.remote(step[1])])
+            self.holders.append((holder, step[1]))
+            self.pending.append(Pending("ctor", holder.read.remote(), _value(200_000, step[1])))
+        elif kind == "ctor_read" and self.holders:
+            holder, v = self.holders[step[1] % len(self.holders)]
+            self.pending.append(Pending("ctor", holder.read.remote(), _value(200_000, v)))
         elif kind == "inner":
             self.pending.append(Pending("inner", make_inner.remote(step[1]), step[1],
                                         deref=True))
@@ -376,6 +398,7 @@ class Checker:
         self.pending.clear()
         self.puts.clear()
         self.actors.clear()
+        self.holders.clear()
         while self.groups:  # (a loop variable would keep the last group's ready ref alive)
             remove_placement_group(self.groups.pop())
         gc.collect()

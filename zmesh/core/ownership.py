@@ -31,6 +31,7 @@ from zmesh.core.ownership_events import (
     Free,
     HandedOff,
     HandOff,
+    HoldArgs,
     HoldBorrowed,
     HoldContained,
     KeepBorrowed,
@@ -46,6 +47,7 @@ from zmesh.core.ownership_events import (
     ReadBorrowed,
     ReadFailed,
     RefuseBorrow,
+    ReleaseArgs,
     ReleaseLender,
     RemoveBorrower,
     RemoveLocal,
@@ -59,9 +61,9 @@ from zmesh.core.ownership_lending import LendingRules
 __all__ = [
     "AckNote", "AddBorrower", "AddLocal", "AddSubmitted", "AskAgain", "AskBorrower", "BorrowNote",
     "BorrowerGone", "Event", "Action", "Escaped", "Free", "FailBorrowed", "HandOff", "HandedOff",
-    "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "NoteAcked", "NoteBorrow",
+    "HoldArgs", "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "NoteAcked", "NoteBorrow",
     "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
-    "ReadBorrowed", "ReadFailed", "RefuseBorrow", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
+    "ReadBorrowed", "ReadFailed", "RefuseBorrow", "ReleaseArgs", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
     "RemoveSubmitted", "SendAnswer", "TakeReturned", "Verdict",
 ]
 
@@ -106,6 +108,8 @@ class Ownership(LendingRules):
         self.gone_prefixes: set[str] = set()  # ... and every one under these ipc prefixes
         self.reading: set[bytes] = set()
         self.settled_notes: OrderedDict[bytes, None] = OrderedDict()
+        # actor id -> the refs held (counted as submitted) for its constructor's arguments
+        self.held_args: dict[bytes, tuple[bytes, ...]] = {}
         self._seq = 0
         # (event, actions); the fast paths log (event name, *its fields) instead, which
         # story() turns back into the event: no event object per ref on the hot path.
@@ -249,6 +253,21 @@ class Ownership(LendingRules):
         self._lends_of_gone(
             lambda a: a == address or bool(prefix and a.startswith(prefix)), out)
 
+    def _hold_args(self, e: HoldArgs, out: list[Action]) -> None:
+        if e.key in self.held_args:
+            return
+        ids = tuple(oid for oid in e.object_ids if oid in self.records)
+        for oid in ids:
+            self.records[oid].submitted += 1
+        self.held_args[e.key] = ids
+
+    def _release_args(self, e: ReleaseArgs, out: list[Action]) -> None:
+        for oid in self.held_args.pop(e.key, ()):
+            rec = self.records.get(oid)
+            if rec is not None:
+                rec.submitted -= 1
+                self._maybe_free(oid, out)
+
     def _escaped(self, e: Escaped, out: list[Action]) -> None:
         for oid in e.object_ids:
             rec = self.records.get(oid)
@@ -382,6 +401,10 @@ class Ownership(LendingRules):
             assert rec.lent == lent.get(oid, 0), \
                 f"{oid.hex()} lent {rec.lent} times, {lent.get(oid, 0)} open lends\n{self.story(oid)}"
         self._check_lends()
+        for key, ids in self.held_args.items():
+            for oid in ids:
+                assert oid in self.records and self.records[oid].submitted > 0, \
+                    f"{oid.hex()} held for actor {key.hex()} is not counted\n{self.story(oid)}"
         for owner, oids in self.probing.items():
             assert oids, f"an empty probe of {owner}"
             assert not self._owner_death(owner), f"probing {owner}, known dead"
@@ -424,6 +447,7 @@ _RULES = {
     AddSubmitted: Ownership._add_submitted, RemoveSubmitted: Ownership._remove_submitted,
     AddBorrower: Ownership._add_borrower, RemoveBorrower: Ownership._remove_borrower,
     BorrowerGone: Ownership._borrower_gone, Escaped: Ownership._escaped,
+    HoldArgs: Ownership._hold_args, ReleaseArgs: Ownership._release_args,
     HoldContained: Ownership._hold_contained, HoldBorrowed: Ownership._on_hold_borrowed,
     ReadFailed: Ownership._on_read_failed, OwnerNodeDied: Ownership._on_owner_node_died,
     OwnerDied: Ownership._on_owner_died,

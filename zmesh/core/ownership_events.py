@@ -25,6 +25,7 @@ __all__ = [
     "Free",
     "HandOff",
     "HandedOff",
+    "HoldArgs",
     "HoldBorrowed",
     "HoldContained",
     "KeepBorrowed",
@@ -41,6 +42,7 @@ __all__ = [
     "ReadFailed",
     "RefuseBorrow",
     "ReleaseLender",
+    "ReleaseArgs",
     "RemoveBorrower",
     "RemoveLocal",
     "RemoveSubmitted",
@@ -96,6 +98,23 @@ class BorrowerGone(msgspec.Struct):
 
     address: str
     prefix: str = ""
+
+
+class HoldArgs(msgspec.Struct):
+    """An actor we created (`key`: its id) takes these refs as constructor arguments (at
+    the top or inside them): hold them, as a pending task's, while it lives, so that its
+    restarts read them again and what it keeps of them lives on (it registered with no
+    owner for them). A repeated hold of one key holds nothing more."""
+
+    key: bytes
+    object_ids: tuple[bytes, ...]
+
+
+class ReleaseArgs(msgspec.Struct):
+    """The actor `key` is dead for good (killed, out of restarts, its constructor failed):
+    let go of what `HoldArgs` held for it (once; a repeat or an unknown key: nothing)."""
+
+    key: bytes
 
 
 class Escaped(msgspec.Struct):
@@ -251,7 +270,8 @@ class ProbeTimedOut(msgspec.Struct):
 Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower | RemoveBorrower
          | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
          | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff
-         | KeepBorrowed | BorrowNote | NoteAcked | ReadBorrowed | AskAgain)
+         | KeepBorrowed | BorrowNote | NoteAcked | ReadBorrowed | AskAgain | HoldArgs
+         | ReleaseArgs)
 
 
 # -- actions --------------------------------------------------------------------------------

@@ -29,12 +29,14 @@ from zmesh.core.ownership import (
     Free,
     HandedOff,
     HandOff,
+    HoldArgs,
     KeepBorrowed,
     Lend,
     LendDone,
     NoteAcked,
     NoteBorrow,
     Ownership,
+    ReleaseArgs,
     ReleaseLender,
     RemoveBorrower,
     RemoveLocal,
@@ -58,7 +60,10 @@ class Mesh:
     ("task", tid, keep, outer) giver -> runner (X as an argument), ("task_done", tid,
     borrowed, outer or b"", token) back, ("failed", tid) from "mem" (the runner died).
     An ask, or a hand-off answering one (tagged "asked"), may be lost; an ask or a hand-off
-    may come twice; the owner asks again on its timer (`AskAgain`)."""
+    may come twice; the owner asks again on its timer (`AskAgain`). ("ctor", key) giver
+    -> runner: an actor `key` made with X as a constructor argument (the giver holds it,
+    `HoldArgs`; the runner keeps a ref for the actor's life, registered nowhere; a restart
+    drops it and reads it again), ("actor_dead", key) from "mem" -> giver (`ReleaseArgs`)."""
 
     def __init__(self) -> None:
         self.cores = {n: Ownership(n) for n in NAMES}
@@ -72,6 +77,7 @@ class Mesh:
         self.answers: dict[bytes, tuple[str, str]] = {}  # answered, not yet delivered
         self.n = 0
         self.asked = False  # delivering an ask: a hand-off sent now answers it
+        self.actors: dict[bytes, tuple[str, str, bool]] = {}  # key -> giver, runner, up
         self.handle(OWNER, AddLocal(X, OWNER))
         self.handle(OWNER, AddBorrower((X,), W1))
         self.handle(W1, AddLocal(X, OWNER))
@@ -166,6 +172,14 @@ class Mesh:
             self.handle(dst, RemoveSubmitted((X,)))
         elif kind == "failed":
             self.handle(dst, RemoveSubmitted((X,)))
+        elif kind == "ctor":  # the actor (re)starts: its constructor reads X
+            key = msg[1]
+            if key in self.actors and not self.actors[key][2]:
+                giver, runner, _ = self.actors[key]
+                self.handle(dst, AddLocal(X, OWNER))
+                self.actors[key] = (giver, runner, True)
+        elif kind == "actor_dead":
+            self.handle(dst, ReleaseArgs(msg[1]))
 
     def check(self) -> None:
         if self.freed:
@@ -255,7 +269,12 @@ class Mesh:
         # or answered with the answer not yet delivered (a worker that kept an argument
         # may not be registered yet: only its caller kept the object for it)
         orphans = sorted({v[1] for v in self.tasks.values() if v[0] == name}
-                         | {r for r, g in self.answers.values() if g == name})
+                         | {r for r, g in self.answers.values() if g == name}
+                         | {r for g, r, _ in self.actors.values() if g == name})
+        for key, (giver, runner, _) in sorted(self.actors.items()):
+            if runner == name:  # the actor dies with its process: its creator hears
+                del self.actors[key]
+                self.send("mem", giver, ("actor_dead", key))
         for tid in [t for t, v in self.tasks.items() if v[1] == name]:
             self.send("mem", self.tasks.pop(tid)[0], ("failed", tid))
         for tid, (runner, giver) in list(self.answers.items()):
@@ -280,12 +299,17 @@ class Mesh:
         if name in self.dead:
             return
         rec = self.cores[name].records.get(X)
-        if rec is not None and rec.local > len(self._hosts(name)) + self._running(name):
+        if rec is not None and rec.local > len(self._hosts(name)) + self._running(name) + \
+                self._ctor_refs(name):
             self.handle(name, RemoveLocal(X))
 
     def _running(self, name: str) -> int:
         """The tasks `name` runs with X as an argument (each holds a ref)."""
         return sum(1 for v in self.tasks.values() if v[1] == name)
+
+    def _ctor_refs(self, name: str) -> int:
+        """The actors running in `name` whose constructor holds a ref to X."""
+        return sum(1 for _, r, up in self.actors.values() if r == name and up)
 
     def _hosts(self, name: str) -> list[bytes]:
         """The returns of `name` whose value holds one of its counts of X."""
@@ -307,6 +331,35 @@ class Mesh:
             for note in self.cores[name].awaiting.get(token, {}).values():
                 self.send(name, note.owner, ("note", note.token, note.object_ids, note.outers,
                                              note.borrower, note.seq))
+
+    def make_actor(self, src: str, dst: str) -> None:
+        """`src` makes an actor that runs in `dst` with X as a constructor argument."""
+        if src in self.dead or dst in self.dead or dst in (src, OWNER):
+            return
+        rec = self.cores[src].records.get(X)
+        if rec is None or rec.local <= 0:
+            return
+        self.n += 1
+        key = b"c%d" % self.n
+        self.actors[key] = (src, dst, False)
+        self.handle(src, HoldArgs(key, (X,)))
+        self.send(src, dst, ("ctor", key))
+
+    def restart(self, k: int, end: bool) -> None:
+        """An actor restarts (its process's ref goes; the node sends the spec again) or,
+        `end`, is dead for good (killed, out of restarts): its creator hears of it."""
+        up = sorted(key for key, v in self.actors.items() if v[2])
+        if not up:
+            return
+        key = up[k % len(up)]
+        giver, runner, _ = self.actors[key]
+        self.actors[key] = (giver, runner, False)
+        self.handle(runner, RemoveLocal(X))
+        if end:
+            del self.actors[key]
+            self.send("mem", giver, ("actor_dead", key))
+        else:
+            self.send("mem", runner, ("ctor", key))
 
     def lose(self, k: int, twice: bool) -> None:
         """The next message on a channel is lost (an ask, or a hand-off answering one) or
@@ -339,6 +392,9 @@ class Mesh:
             while self.tasks:
                 self.finish(0, False)
                 self.quiesce()
+            while any(up for _, _, up in self.actors.values()):
+                self.restart(0, True)
+                self.quiesce()
             for name in NAMES:
                 if name in self.dead:
                     continue
@@ -348,7 +404,7 @@ class Mesh:
                         self.handle(name, RemoveLocal(oid))
                 while X in core.records and core.records[X].local > len(self._hosts(name)):
                     self.handle(name, RemoveLocal(X))
-            if not self.chan and not self.tasks:
+            if not self.chan and not self.tasks and not self.actors:
                 break
         assert self.freed
         for name in NAMES:
@@ -373,6 +429,8 @@ _STEP = {
     "chain": st.tuples(st.just("chain"), _i, _i, st.booleans(), st.booleans()),
     "renote": st.tuples(st.just("renote"), _i),
     "lose": st.tuples(st.just("lose"), _i, st.booleans()),
+    "actor": st.tuples(st.just("actor"), _i, _i),
+    "restart": st.tuples(st.just("restart"), _i, st.booleans()),
     "reask": st.tuples(st.just("reask")),
 }
 
@@ -453,6 +511,13 @@ def run_steps(steps: list[Any]) -> Mesh:
             mesh.renote(step[1])
         elif kind == "lose":
             mesh.lose(step[1], step[2])
+        elif kind == "actor":
+            src = _pick(holders(), step[1])
+            dst = _pick([n for n in alive() if n not in (src, OWNER)], step[2])
+            if src and dst:
+                mesh.make_actor(src, dst)
+        elif kind == "restart":
+            mesh.restart(step[1], step[2])
         elif kind == "reask":
             mesh.reask()
     return mesh
@@ -474,6 +539,10 @@ def run_steps(steps: list[Any]) -> Mesh:
 # once only, the owner kept X for the caller until the caller died
 @example([("ret", 0, 1, False), ("deliver", 0), ("deliver", 0), ("kill", 1, 0),
           ("deliver", 1), ("lose", 0, False)])
+# an actor made with X as a constructor argument keeps it for its life, restarts too
+# (before HoldArgs nothing held it for the actor: freed once its creator let go)
+@example([("drop_local", 0), ("actor", 0, 0), ("settle",), ("drop_local", 0),
+          ("restart", 0, False), ("settle",)])
 def test_no_interleaving_frees_a_held_object_and_everything_goes_at_the_end(steps: list[Any]
                                                                             ) -> None:
     run_steps(steps).wind_down()

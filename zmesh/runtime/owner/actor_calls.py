@@ -32,7 +32,7 @@ from zmesh.core.actor_caller import (
     Track,
 )
 from zmesh.core.exhaustive import assert_never
-from zmesh.core.ownership import BorrowerGone
+from zmesh.core.ownership import BorrowerGone, HoldArgs, ReleaseArgs
 from zmesh.errors import ActorDiedError, ActorUnavailableError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
@@ -182,10 +182,15 @@ class ActorCaller:
         return rec
 
     def create(self, spec: m.CreateActor, max_task_retries: int,
-               top_refs: Sequence[Any] = ()) -> None:
+               top_refs: Sequence[Any] = (), nested: Sequence[Any] = ()) -> None:
         """Start an actor; with `top_refs` (ref arguments of the constructor), once they are
-        ready, their values going with the spec (the refs stay held by the record)."""
+        ready, their values going with the spec. Every ref of its arguments (`nested`: the
+        ones inside them) is held while the actor lives (`HoldArgs`, let go at its death):
+        a restart reads them again, and the actor registers with no owner for them."""
         rec = self.track(spec.actor_id, spec.class_name, max_task_retries, subscribe=False)
+        if top_refs or nested:
+            self.client.objects.handle(HoldArgs(spec.actor_id, tuple(
+                r.id for r in (*top_refs, *nested))))
         if not top_refs:
             self.client.loop.send_threadsafe(self.client.node_address, spec)
             return
@@ -381,6 +386,12 @@ class ActorCaller:
             event = ActorAlive(msg.actor_id, msg.restarts, msg.address)
         elif msg.state == "dead":
             rec.error = self._death_value(rec, msg)
+            # dead for good: what its constructor's arguments held goes (no restart reads
+            # them; a worker still running is being killed, its answers count for nothing)
+            rec.ctor_refs = []
+            freed = self.client.objects.handle(ReleaseArgs(msg.actor_id))
+            if freed:
+                self.client.lending.carry(freed)
             if self.core.open_calls(msg.actor_id):
                 # Answers its worker sent before it died may still be on their way: they come
                 # on the worker's connection, this news on the node's, and neither order nor
