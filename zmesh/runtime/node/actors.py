@@ -240,15 +240,16 @@ class ActorManager:
         entry.state = state
         entry.address = address
         entry.reason = reason or entry.reason
+        entry.error = error or entry.error  # (a later subscriber hears what __init__ raised)
         msg = m.ActorState(actor_id=entry.spec.actor_id, state=state, address=address,
-                           error=error or entry.error, reason=entry.reason,
+                           error=entry.error, reason=entry.reason,
                            class_name=entry.spec.class_name, restarts=entry.restarts)
         for sub in entry.subscribers:
             self.node.loop.send(sub, msg)
         if state == "dead":
             self._drop_name(entry)
         if state == "dead" and not entry.home and not entry.proxy:
-            self.names.forget_location(entry)
+            self.names.record_death(entry)
 
     def _drop_name(self, entry: ActorEntry) -> None:
         """Free the actor's name (if it still holds it)."""

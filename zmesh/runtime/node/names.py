@@ -2,14 +2,16 @@
 
 `named/<ns>/<name>` is claimed put-if-absent by the actor's home node, so a name is unique
 across the mesh and `get_actor` works from a driver on any node; `actor/<id>` names the
-home node, which knows where the actor runs now (it follows restarts). A node asked about
-an actor homed elsewhere keeps a proxy entry subscribed to the home and relays its states.
+home node, which knows where the actor runs now (it follows restarts), and once the actor
+died, why (for the home's latest DEAD_ACTORS_KEPT dead). A node asked about an actor homed
+elsewhere keeps a proxy entry subscribed to the home and relays its states.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
 
 from zmesh.core.actor_lifecycle import Unschedulable
 from zmesh.protocol.messages import runtime as m
@@ -28,6 +30,10 @@ REFOLLOW_DELAY_S = 1.0
 FOLLOW_RETRY_S = 0.05
 FOLLOW_RETRY_MAX_S = 1.0
 """A location not found yet is asked for again after FOLLOW_RETRY_S, doubling up to this."""
+DEAD_ACTORS_KEPT = 10_000
+"""A home node keeps this many of its dead actors (the latest): their entries, and their
+`actor/<id>` records that say why they died. Older ones are forgotten (a later handle to one
+hears only that no node knows it)."""
 
 
 class ActorDirectory:
@@ -37,6 +43,7 @@ class ActorDirectory:
         self.actors = actors
         self.node = actors.node
         self.looking: set[bytes] = set()  # actors whose location is asked for again soon
+        self.dead: OrderedDict[bytes, None] = OrderedDict()  # recorded dead, oldest first
 
     # -- the home node's writes ------------------------------------------------------------
     def claim(self, entry: ActorEntry) -> None:
@@ -76,8 +83,38 @@ class ActorDirectory:
     def release_name(self, entry: ActorEntry) -> None:
         self.node.control.delete(named_key(entry.spec.namespace, entry.spec.name))
 
-    def forget_location(self, entry: ActorEntry) -> None:
-        self.node.control.delete(actor_key(entry.spec.actor_id))
+    def record_death(self, entry: ActorEntry) -> None:
+        """The actor (homed here) died: its `actor/<id>` record now says why, so a handle on
+        another node that asks after the death hears the real cause (killed, its process
+        exited, its node died, its constructor raised...), not "no node knows this actor";
+        the record outlives this node. The latest DEAD_ACTORS_KEPT are kept, records and
+        entries; an older one goes from both."""
+        spec = entry.spec
+        self.node.control.put(actor_key(spec.actor_id), {
+            "home": self.node.mesh_address, "dead": True, "reason": entry.reason,
+            "error": entry.error, "class_name": spec.class_name, "restarts": entry.restarts})
+        self.dead[spec.actor_id] = None
+        self.dead.move_to_end(spec.actor_id)
+        while len(self.dead) > DEAD_ACTORS_KEPT:
+            old, _ = self.dead.popitem(last=False)
+            self.node.control.delete(actor_key(old))
+            gone = self.actors.actors.get(old)
+            if gone is not None and gone.state == "dead":
+                del self.actors.actors[old]
+
+    @staticmethod
+    def _dead_record(holder: Any) -> dict[str, Any] | None:
+        """The record, if it is a dead actor's (see `record_death`)."""
+        return holder if isinstance(holder, dict) and holder.get("dead") else None
+
+    def tell_dead(self, actor_id: bytes, subscribers: set[str], record: dict[str, Any]) -> None:
+        """Tell `subscribers` the actor is dead, and why, as its dead record says."""
+        msg = m.ActorState(actor_id=actor_id, state="dead", reason=str(record.get("reason", "")),
+                           error=bytes(record.get("error") or b""),
+                           class_name=str(record.get("class_name", "")),
+                           restarts=int(record.get("restarts", 0)))
+        for sub in subscribers:
+            self.node.loop.send(sub, msg)
 
     # -- other nodes' lookups --------------------------------------------------------------
     def lookup(self, sender: str, msg: m.GetNamedActor) -> None:
@@ -112,6 +149,12 @@ class ActorDirectory:
         answered: list[bool] = []
 
         def done(c: Completion) -> None:
+            dead = self._dead_record(self.node.control.decode(c))
+            if dead is not None:  # died: say why, to it and to any other waiting here
+                answered.append(True)
+                self.tell_dead(actor_id, {subscriber} | self.actors.early_subscribers.pop(
+                    actor_id, set()), dead)
+                return
             home = self._live_home(c)
             if home is None:
                 answered.append(False)
@@ -146,6 +189,11 @@ class ActorDirectory:
                 home = self._live_home(c)
                 if not self._waiting(actor_id):
                     return
+                dead = self._dead_record(self.node.control.decode(c))
+                if dead is not None:
+                    self.tell_dead(actor_id, self.actors.early_subscribers.pop(actor_id, set()),
+                                   dead)
+                    return
                 early = self.actors.early_subscribers.get(actor_id)
                 if home is None or not early:
                     self._look_again(actor_id, min(delay * 2, FOLLOW_RETRY_MAX_S))
@@ -164,7 +212,7 @@ class ActorDirectory:
     def _live_home(self, c: Completion) -> str | None:
         """The other, live node a location record names as the actor's home, if any."""
         holder = self.node.control.decode(c)
-        home = holder["home"] if holder else ""
+        home = holder["home"] if holder and not self._dead_record(holder) else ""
         if not home or home == self.node.mesh_address or not self._home_alive(home):
             return None
         return str(home)
@@ -174,7 +222,7 @@ class ActorDirectory:
         on another live node (a kill through a handle never used here was dropped)."""
         def done(c: Completion) -> None:
             holder = self.node.control.decode(c)
-            home = holder["home"] if holder else ""
+            home = holder["home"] if holder and not self._dead_record(holder) else ""
             if home and home != self.node.mesh_address and self._home_alive(home):
                 self.node.loop.send(home, msg)
 
@@ -203,6 +251,10 @@ class ActorDirectory:
         def refollow() -> None:
             def done(c: Completion) -> None:
                 holder = self.node.control.decode(c)
+                dead = self._dead_record(holder)
+                if dead is not None:  # it died (its host, home now, recorded why)
+                    self.tell_dead(actor_id, subscribers, dead)
+                    return
                 home = holder["home"] if holder else ""
                 if home and home != entry.remote and self._home_alive(home):
                     for sub in subscribers:
