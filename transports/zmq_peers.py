@@ -7,7 +7,8 @@ checked against the connection's ZMTP metadata (sent by libzmq inside the CURVE 
 every connect and reconnect; see `zmesh.security.identity`):
 
 - the wire protocol version must be ours (else the message is dropped, and a warning names
-  both versions);
+  both versions; a handshake probe is also answered with a `Refuse` naming both, so a driver
+  or node of another version that says Hello fails at once instead of waiting for an answer);
 - over CURVE, the client key (the ZAP User-Id) must be the key the metadata names and carry
   the mesh's vouch for the sender name it claims (`zmesh.security.identity.vouch`): a key
   vouched for one name is refused under any other (`refused_unvouched`);
@@ -44,8 +45,9 @@ from collections.abc import Callable, Collection
 
 import zmq
 
-from zmesh.protocol.codec import DropWarnings
+from zmesh.protocol.codec import DropWarnings, encode
 from zmesh.protocol.handshake import PROTOCOL_VERSION
+from zmesh.protocol.messages.handshake import Refuse
 from zmesh.security.identity import (
     KEY_PROPERTY,
     PROOF_PROPERTY,
@@ -153,6 +155,8 @@ class PeerTable:
             self._warnings.warn(
                 "refused %s: it speaks zmesh wire protocol %s, this process speaks %s; run "
                 "the same zmesh version on every member", sender, proto or "(none)", _PROTO)
+            if sender.startswith(PROBE_PREFIX) and n == 1:
+                self._refuse_probe(rid, proto or "(none)")
             return None
         creds = self._credentials
         challenge = _prop(frame, PROOF_PROPERTY) is not None
@@ -258,6 +262,21 @@ class PeerTable:
         return self._replies.get(sender)
 
     # -- checks ---------------------------------------------------------------------------
+
+    def _refuse_probe(self, rid: bytes, proto: str) -> None:
+        """Answer a probe's Hello from a process of another wire version with a `Refuse` that
+        names both versions, on the connection it came in on. Hello, Welcome and Refuse are
+        encoded alike in every version (protocol/SCHEMA.md: tags 10-19), so the probe of any
+        version reads it and fails at once (its `HandshakeError`); without it, it waited for
+        its timeout and then said no node answered. Only single-message probes are answered
+        (a probe sends one Hello per connection)."""
+        reason = (f"protocol version mismatch: expected {_PROTO}, got {proto} (this node "
+                  f"speaks zmesh wire protocol {_PROTO}, the connecting process {proto}); run "
+                  "the same zmesh version on every member")
+        try:
+            self._router.send_multipart([rid, encode(Refuse(reason))], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # (gone, or its queue is full: it then times out as before)
 
     def _unmetered(self, rid: bytes, frame: zmq.Frame, n: int) -> str | None:
         """A connection without zmesh metadata: inproc (named by its routing id), else not ours."""

@@ -17,7 +17,7 @@ import zmq
 
 from zmesh.errors import AuthenticationError, HandshakeError, ZmeshError
 from zmesh.protocol import codec
-from zmesh.protocol.handshake import expect_welcome, make_hello
+from zmesh.protocol.handshake import PROTOCOL_VERSION, expect_welcome, make_hello
 from zmesh.protocol.messages.handshake import Welcome
 from zmesh.security.keys import ClusterCredentials
 
@@ -73,14 +73,25 @@ def _await_welcome(address: str, dealer: zmq.Socket[bytes], monitor: zmq.Socket[
     poller.register(monitor, zmq.POLLIN)
     deadline = time.monotonic() + timeout
     drops = 0
+    connected = False  # the connection's own handshake (ZMTP, CURVE) succeeded
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
+            if connected:
+                # Someone there took the connection but dropped our Hello: a zmesh process
+                # of another wire version (before its versions answered probes with a
+                # Refuse naming both), or one too busy to answer.
+                raise ZmeshError(
+                    f"the zmesh node at {address} took our connection but did not answer our "
+                    f"Hello within {timeout:g}s: it may run another zmesh version (this "
+                    f"process speaks wire protocol {PROTOCOL_VERSION}; its log names the "
+                    "version it refused), or it is overloaded")
             raise ZmeshError(f"no answer from a zmesh node at {address} within {timeout:g}s: "
                              "is one running there, and is the port reachable?")
         ready = dict(poller.poll(max(1, int(left * 1000))))
         if monitor in ready:
             event = _monitor_event(monitor.recv_multipart())
+            connected = connected or event == zmq.EVENT_HANDSHAKE_SUCCEEDED
             if event & _FAILED or (event == zmq.EVENT_DISCONNECTED and (drops := drops + 1) > 1):
                 raise AuthenticationError(_refused(address, curve, event))
         if dealer in ready:
