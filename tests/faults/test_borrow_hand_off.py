@@ -377,3 +377,46 @@ def test_refs_in_an_actors_constructor_arguments_live_as_long_as_the_actor() -> 
         assert mesh.run_until(lambda: ids[0] not in made and not any(
             i in driver for i in ids[1:]), timeout=30), (ids[0] in made, [
                 i in driver for i in ids[1:]])
+
+
+@zmesh.remote
+class SlowKeeper:
+    def __init__(self) -> None:
+        self.ref: Any = None
+
+    def keep(self, box: list[Any], never: list[Any]) -> None:
+        self.ref = box[0]  # a ref its caller borrows (a third process owns it)
+        zmesh.wait(never, timeout=10.0)  # still at work when its caller dies
+
+    def read(self) -> Any:
+        return zmesh.get(self.ref, timeout=30)
+
+
+@zmesh.remote(resources={"nowhere": 1})
+def never_runs() -> None:
+    return None
+
+
+@zmesh.remote
+def pass_on(maker: Any, keeper: Any, never: list[Any]) -> None:
+    x = zmesh.get(maker.make.remote(9), timeout=30)[0]  # borrowed: the maker owns it
+    keeper.keep.remote([x], never)  # not awaited: this task ends, the call runs on
+
+
+def test_an_actor_holding_a_borrowed_argument_when_its_caller_dies_keeps_it() -> None:
+    # A task on n1 borrows x (a maker actor on n2 owns it) and passes it to a keeper actor
+    # on n0, which keeps it and works on; n1 is killed mid-call. Before, the keeper
+    # registered with the owner only when its work ended (its answer waited for that), so
+    # the owner, dropping the dead caller, freed x under the keeper: its later read failed
+    # with ObjectLostError ('was freed'). An actor now registers for the borrowed refs of a
+    # call as the call starts.
+    with sim_mesh(nodes=3, seed=3) as mesh:
+        maker = Maker.options(scheduling_strategy=_on(mesh, "n2")).remote()
+        keeper = SlowKeeper.options(scheduling_strategy=_on(mesh, "n0")).remote()
+        never = [never_runs.remote()]
+        zmesh.get(pass_on.options(scheduling_strategy=_on(mesh, "n1")).remote(
+            maker, keeper, never), timeout=30)
+        mesh.advance(1.0)  # the keeper runs the call
+        mesh.kill_node("n1")
+        mesh.advance(15.0)  # the owner hears of it; the call ends
+        assert zmesh.get(keeper.read.remote(), timeout=30) == 9

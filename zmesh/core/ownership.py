@@ -37,6 +37,7 @@ from zmesh.core.ownership_events import (
     KeepBorrowed,
     Lend,
     LendDone,
+    LostBorrowed,
     NoteAcked,
     NoteBorrow,
     OwnerAnswered,
@@ -61,7 +62,7 @@ from zmesh.core.ownership_lending import LendingRules
 __all__ = [
     "AckNote", "AddBorrower", "AddLocal", "AddSubmitted", "AskAgain", "AskBorrower", "BorrowNote",
     "BorrowerGone", "Event", "Action", "Escaped", "Free", "FailBorrowed", "HandOff", "HandedOff",
-    "HoldArgs", "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "NoteAcked", "NoteBorrow",
+    "HoldArgs", "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "LostBorrowed", "NoteAcked", "NoteBorrow",
     "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
     "ReadBorrowed", "ReadFailed", "RefuseBorrow", "ReleaseArgs", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
     "RemoveSubmitted", "SendAnswer", "TakeReturned", "Verdict",
@@ -80,6 +81,7 @@ class Record(msgspec.Struct):
     contained: tuple[bytes, ...] = ()
     held: tuple[bytes, ...] = ()
     lent: int = 0  # open lends of it (returned to a caller that has not taken it over yet)
+    registered: bool = False  # (borrowed) its owner acknowledged a note registering us
 
     def in_use(self) -> bool:
         return bool(self.local or self.submitted or self.borrowers or self.escaped

@@ -31,6 +31,7 @@ __all__ = [
     "KeepBorrowed",
     "Lend",
     "LendDone",
+    "LostBorrowed",
     "NoteAcked",
     "NoteBorrow",
     "OwnerAnswered",
@@ -187,7 +188,10 @@ class HandedOff(msgspec.Struct):
 class KeepBorrowed(msgspec.Struct):
     """Our work of lend `token` ended and we still hold these borrowed refs its caller gave
     us (owned by neither of us): tell their owners we borrow them ourselves (`NoteBorrow`
-    with us as borrower) before the answer goes; after it, the caller lets go of its own."""
+    with us as borrower) before the answer goes; after it, the caller lets go of its own.
+    An actor sends it as a call starts too (its caller may die while the call runs: it does
+    not die with it); refs an owner registered us for already, or that a note of `token`
+    is on its way for, are not noted again."""
 
     token: bytes
     object_ids: tuple[bytes, ...]
@@ -226,11 +230,14 @@ class AskAgain(msgspec.Struct):
 
 class NoteAcked(msgspec.Struct):
     """`owner` acknowledged our `NoteBorrow` number `seq` of lend `token` (a repeated
-    acknowledgement, or one from another process, counts for nothing)."""
+    acknowledgement, or one from another process, counts for nothing). `lost`: of a note
+    registering us, the objects it did not register us for (it had freed them, or took us
+    for dead): our refs to them are lost."""
 
     token: bytes
     seq: int
     owner: str
+    lost: tuple[bytes, ...] = ()
 
 
 class ReadFailed(msgspec.Struct):
@@ -333,11 +340,21 @@ class SendAnswer(msgspec.Struct):
 
 
 class AckNote(msgspec.Struct):
-    """(At the owner) tell `lender` we keep what its lend `token` hands over (note `seq`)."""
+    """(At the owner) tell `lender` we keep what its lend `token` hands over (note `seq`);
+    `lost`: of a note registering the lender itself, what we did not register it for."""
 
     lender: str
     token: bytes
     seq: int = 0
+    lost: tuple[bytes, ...] = ()
+
+
+class LostBorrowed(msgspec.Struct):
+    """Our borrowed `object_id`'s owner did not register us for it (it had freed it when
+    our note came, or took us for dead): every read of it fails with `why` from now on."""
+
+    object_id: bytes
+    why: str
 
 
 class AskBorrower(msgspec.Struct):
@@ -374,4 +391,4 @@ class Verdict(msgspec.Struct):
 
 
 Action = (Free | RefuseBorrow | FailBorrowed | ProbeOwner | Verdict | HandOff | ReleaseLender
-          | NoteBorrow | SendAnswer | AckNote | AskBorrower)
+          | NoteBorrow | SendAnswer | AckNote | AskBorrower | LostBorrowed)

@@ -32,6 +32,7 @@ from zmesh.core.ownership_events import (
     KeepBorrowed,
     Lend,
     LendDone,
+    LostBorrowed,
     NoteAcked,
     NoteBorrow,
     ReadBorrowed,
@@ -83,6 +84,8 @@ class LendingRules:
 
     # -- the lender ------------------------------------------------------------------------
     def _lend(self, e: Lend, out: list[Action]) -> None:
+        if self._is_gone(e.borrower):  # (an actor's answer to a caller that died: it takes
+            return  # nothing over, and a lend kept for it would never end)
         kept: list[bytes] = []
         notes: dict[str, list[int]] = {}
         for i, oid in enumerate(e.object_ids):
@@ -119,6 +122,18 @@ class LendingRules:
         if note is None or note.owner != e.owner:
             return
         del waiting[e.seq]
+        if note.borrower == self.address:  # we borrow them ourselves now (while we hold them)
+            for oid in note.object_ids:
+                rec = self.records.get(oid)
+                if rec is None or rec.owned:
+                    continue
+                if oid in e.lost:  # (freed before our note came, or we were taken for dead)
+                    out.append(LostBorrowed(oid, f"object {oid.hex()} was freed by its owner "
+                                            f"{e.owner} before this process could register "
+                                            "as its borrower (the process that passed it "
+                                            "here died, or this one was taken for dead)"))
+                else:
+                    rec.registered = True
         if not waiting:
             del self.awaiting[e.token]
             self._noted_all(e.token, out)
@@ -145,10 +160,16 @@ class LendingRules:
         self._end_lend(e.token, e.object_ids, out)
 
     def _keep_borrowed(self, e: KeepBorrowed, out: list[Action]) -> None:
+        # (an actor registers for a call's borrowed arguments as the call starts, so that
+        # its caller's death frees nothing under it; at the call's end what it still holds
+        # is registered already, or its note is on its way and the answer waits for it)
+        pending = {oid for note in self.awaiting.get(e.token, {}).values()
+                   if note.borrower == self.address for oid in note.object_ids}
         notes: dict[str, list[bytes]] = {}
         for oid in e.object_ids:
             rec = self.records.get(oid)
-            if rec is not None and not rec.owned and not self._owner_death(rec.owner):
+            if rec is not None and not rec.owned and not rec.registered \
+                    and oid not in pending and not self._owner_death(rec.owner):
                 notes.setdefault(rec.owner, []).append(oid)
         for owner, ids in notes.items():
             self._note(owner, e.token, tuple(ids), (), self.address, out)
@@ -208,8 +229,13 @@ class LendingRules:
 
     # -- the owner ---------------------------------------------------------------------------
     def _borrow_note(self, e: BorrowNote, out: list[Action]) -> None:
-        out.append(AckNote(e.lender, e.token, e.seq))  # (to one taken for dead too: it may
-        # live)
+        lost: tuple[bytes, ...] = ()
+        if e.borrower == e.lender:  # it registers itself: say what it is not registered for
+            lost = e.object_ids if self._is_gone(e.lender) else tuple(
+                oid for oid in e.object_ids
+                if oid not in self.records or not self.records[oid].owned)
+        out.append(AckNote(e.lender, e.token, e.seq, lost))  # (to one taken for dead too:
+        # it may live, and then knows its refs are lost)
         if self._is_gone(e.lender):  # it died waiting for this: its answer never went
             return
         kept_already = self.noted.get(e.token)

@@ -33,6 +33,7 @@ from zmesh.core.ownership import (
     KeepBorrowed,
     Lend,
     LendDone,
+    LostBorrowed,
     NoteAcked,
     NoteBorrow,
     Ownership,
@@ -63,7 +64,11 @@ class Mesh:
     may come twice; the owner asks again on its timer (`AskAgain`). ("ctor", key) giver
     -> runner: an actor `key` made with X as a constructor argument (the giver holds it,
     `HoldArgs`; the runner keeps a ref for the actor's life, registered nowhere; a restart
-    drops it and reads it again), ("actor_dead", key) from "mem" -> giver (`ReleaseArgs`)."""
+    drops it and reads it again), ("actor_dead", key) from "mem" -> giver (`ReleaseArgs`).
+    A "task" may be an actor call (`call`): the actor does not die with its giver; it
+    registers for X as the call starts (`KeepBorrowed`) and runs it once the owner answered
+    (X is of no use to it before); an owner that had freed X says so, and the actor's X is
+    then lost (`LostBorrowed`: its reads fail), not held."""
 
     def __init__(self) -> None:
         self.cores = {n: Ownership(n) for n in NAMES}
@@ -78,6 +83,10 @@ class Mesh:
         self.n = 0
         self.asked = False  # delivering an ask: a hand-off sent now answers it
         self.actors: dict[bytes, tuple[str, str, bool]] = {}  # key -> giver, runner, up
+        self.actor_calls: set[bytes] = set()  # the tasks that are actor calls
+        self.starting: dict[bytes, tuple[str, str, bool, bytes]] = {}  # calls not yet run
+        self.lost: set[str] = set()  # processes told their X is lost (freed before they
+        # registered): their reads of it fail, they hold nothing
         self.handle(OWNER, AddLocal(X, OWNER))
         self.handle(OWNER, AddBorrower((X,), W1))
         self.handle(W1, AddLocal(X, OWNER))
@@ -106,11 +115,16 @@ class Mesh:
                     self.send(name, lender, ("settled", token, ids))
                 case NoteBorrow(owner, token, ids, outers, borrower, seq):
                     self.send(name, owner, ("note", token, ids, outers, borrower, seq))
-                case AckNote(lender, token, seq):
-                    self.send(name, lender, ("ack", token, seq))
+                case AckNote(lender, token, seq, lost):
+                    self.send(name, lender, ("ack", token, seq, lost))
                 case SendAnswer(token):
                     for dst, msg in self.parked.pop((name, token), []):
                         self.send(name, dst, msg)
+                    if token[1:] in self.starting:  # its registration answered: it runs
+                        self.tasks[token[1:]] = self.starting.pop(token[1:])
+                case LostBorrowed(oid):
+                    assert oid == X
+                    self.lost.add(name)
                 case AskBorrower(borrower, token, ids, outers, lender):
                     self.send(name, borrower, ("ask", token, ids, outers, lender))
                 case _:
@@ -146,7 +160,7 @@ class Mesh:
             _, token, ids, outers, borrower, seq = msg
             self.handle(dst, BorrowNote(token, ids, outers, borrower, src, seq))
         elif kind == "ack":
-            self.handle(dst, NoteAcked(msg[1], msg[2], src))
+            self.handle(dst, NoteAcked(msg[1], msg[2], src, msg[3]))
         elif kind == "ask":  # as the shell does: per return, as if the answer had come
             _, token, ids, outers, lender = msg
             self.asked = True
@@ -157,7 +171,15 @@ class Mesh:
             self.handle(dst, BorrowerGone(msg[1]))
         elif kind == "task":  # X arrives as an argument (a ref in the runner)
             _, tid, keep, outer = msg
-            if src in self.dead:  # (a node runs nothing for an owner that died)
+            if src in self.dead and tid not in self.actor_calls:  # (a node runs nothing
+                return  # for an owner that died; an actor runs what reached it)
+            if tid in self.actor_calls and src != OWNER:  # (the shell's register_args:
+                # its X is of no use until the owner answered)
+                self.starting[tid] = (src, dst, keep, outer)
+                self.handle(dst, AddLocal(X, OWNER))
+                self.handle(dst, KeepBorrowed(b"k" + tid, (X,)))
+                if tid in self.starting and b"k" + tid not in self.cores[dst].awaiting:
+                    self.tasks[tid] = self.starting.pop(tid)  # (registered already)
                 return
             self.handle(dst, AddLocal(X, OWNER))
             self.tasks[tid] = (src, dst, keep, outer)
@@ -185,10 +207,12 @@ class Mesh:
         if self.freed:
             for name in NAMES:
                 rec = self.cores[name].records.get(X)
-                # (a record only lent keeps nothing for this process: it waits for news)
-                held = rec is not None and bool(rec.local or rec.submitted or rec.borrowers
+                # (a record only lent keeps nothing for this process: it waits for news; an
+                # actor call's X is of no use before its registration was answered)
+                held = rec is not None and bool(rec.local > self._starting(name)
+                                                or rec.submitted or rec.borrowers
                                                 or rec.escaped)
-                assert name in self.dead or not held, \
+                assert name in self.dead or name in self.lost or not held, \
                     f"freed by its owner, yet {name} holds it\n" + self.cores[name].story(X)
 
     # -- the program's steps -----------------------------------------------------------------
@@ -209,8 +233,9 @@ class Mesh:
         if twice:  # a repeated answer (a resend)
             self.answer(src, dst, token, ("result", outer, token))
 
-    def give(self, src: str, dst: str, keep: bool) -> None:
-        """`src` passes X as an argument of a task `dst` runs (`keep`: it keeps X after)."""
+    def give(self, src: str, dst: str, keep: bool, actor: bool = False) -> None:
+        """`src` passes X as an argument of a task `dst` runs (`keep`: it keeps X after;
+        `actor`: an actor call)."""
         if src in self.dead or dst in self.dead or src == dst or dst == OWNER:
             return
         rec = self.cores[src].records.get(X)
@@ -218,6 +243,8 @@ class Mesh:
             return
         self.n += 1
         tid, outer = b"a%d" % self.n, b"r%d" % self.n
+        if actor:
+            self.actor_calls.add(tid)
         self.outers[outer] = src
         self.handle(src, AddLocal(outer, src))
         self.handle(src, AddSubmitted((X,)))
@@ -268,8 +295,10 @@ class Mesh:
         # a dead owner's tasks die with it (their workers are killed, as in Ray), running
         # or answered with the answer not yet delivered (a worker that kept an argument
         # may not be registered yet: only its caller kept the object for it)
-        orphans = sorted({v[1] for v in self.tasks.values() if v[0] == name}
-                         | {r for r, g in self.answers.values() if g == name}
+        orphans = sorted({v[1] for t, v in self.tasks.items()
+                          if v[0] == name and t not in self.actor_calls}
+                         | {r for t, (r, g) in self.answers.items()
+                            if g == name and t not in self.actor_calls}
                          | {r for g, r, _ in self.actors.values() if g == name})
         for key, (giver, runner, _) in sorted(self.actors.items()):
             if runner == name:  # the actor dies with its process: its creator hears
@@ -277,6 +306,8 @@ class Mesh:
                 self.send("mem", giver, ("actor_dead", key))
         for tid in [t for t, v in self.tasks.items() if v[1] == name]:
             self.send("mem", self.tasks.pop(tid)[0], ("failed", tid))
+        for tid in [t for t, v in self.starting.items() if v[1] == name]:
+            self.send("mem", self.starting.pop(tid)[0], ("failed", tid))
         for tid, (runner, giver) in list(self.answers.items()):
             if runner == name and not any(msg[0] == "task_done" and msg[1] == tid
                                           for msg in self.chan.get((name, giver), ())):
@@ -305,7 +336,11 @@ class Mesh:
 
     def _running(self, name: str) -> int:
         """The tasks `name` runs with X as an argument (each holds a ref)."""
-        return sum(1 for v in self.tasks.values() if v[1] == name)
+        return sum(1 for v in self.tasks.values() if v[1] == name) + self._starting(name)
+
+    def _starting(self, name: str) -> int:
+        """The actor calls `name` got X with that wait for its registration."""
+        return sum(1 for v in self.starting.values() if v[1] == name)
 
     def _ctor_refs(self, name: str) -> int:
         """The actors running in `name` whose constructor holds a ref to X."""
@@ -346,20 +381,20 @@ class Mesh:
         self.send(src, dst, ("ctor", key))
 
     def restart(self, k: int, end: bool) -> None:
-        """An actor restarts (its process's ref goes; the node sends the spec again) or,
-        `end`, is dead for good (killed, out of restarts): its creator hears of it."""
+        """An actor restarts (its ref goes; the node sends the spec again: modelled in the
+        same process) or, `end`, is dead for good (killed, out of restarts): its process
+        dies (what it held with it) and its creator hears of it."""
         up = sorted(key for key, v in self.actors.items() if v[2])
         if not up:
             return
         key = up[k % len(up)]
         giver, runner, _ = self.actors[key]
+        if end:
+            self.kill(runner, k)
+            return
         self.actors[key] = (giver, runner, False)
         self.handle(runner, RemoveLocal(X))
-        if end:
-            del self.actors[key]
-            self.send("mem", giver, ("actor_dead", key))
-        else:
-            self.send("mem", runner, ("ctor", key))
+        self.send("mem", runner, ("ctor", key))
 
     def lose(self, k: int, twice: bool) -> None:
         """The next message on a channel is lost (an ask, or a hand-off answering one) or
@@ -404,7 +439,7 @@ class Mesh:
                         self.handle(name, RemoveLocal(oid))
                 while X in core.records and core.records[X].local > len(self._hosts(name)):
                     self.handle(name, RemoveLocal(X))
-            if not self.chan and not self.tasks and not self.actors:
+            if not self.chan and not self.tasks and not self.actors and not self.starting:
                 break
         assert self.freed
         for name in NAMES:
@@ -427,6 +462,7 @@ _STEP = {
     "give": st.tuples(st.just("give"), _i, _i, st.booleans()),
     "finish": st.tuples(st.just("finish"), _i, st.booleans()),
     "chain": st.tuples(st.just("chain"), _i, _i, st.booleans(), st.booleans()),
+    "call": st.tuples(st.just("call"), _i, _i, st.booleans()),
     "renote": st.tuples(st.just("renote"), _i),
     "lose": st.tuples(st.just("lose"), _i, st.booleans()),
     "actor": st.tuples(st.just("actor"), _i, _i),
@@ -456,9 +492,9 @@ def run_steps(steps: list[Any]) -> Mesh:
     def alive() -> list[str]:
         return [n for n in NAMES if n not in mesh.dead]
 
-    def holders() -> list[str]:
+    def holders() -> list[str]:  # (that may pass X on: a lost X is not passed on here)
         return [n for n in alive() if (r := mesh.cores[n].records.get(X)) is not None
-                and r.local > 0]
+                and r.local > mesh._starting(n) and n not in mesh.lost]
 
     for step in steps:
         kind = step[0]
@@ -472,6 +508,11 @@ def run_steps(steps: list[Any]) -> Mesh:
             dst = _pick([n for n in alive() if n not in (src, OWNER)], step[2])
             if src and dst:
                 mesh.give(src, dst, step[3])
+        elif kind == "call":  # an actor call: its runner outlives its giver
+            src = _pick(holders(), step[1])
+            dst = _pick([n for n in alive() if n not in (src, OWNER)], step[2])
+            if src and dst:
+                mesh.give(src, dst, step[3], actor=True)
         elif kind == "chain":  # a whole task at once: given, run, answered, answer taken
             src = _pick(holders(), step[1])
             dst = _pick([n for n in alive() if n not in (src, OWNER)], step[2])
@@ -543,6 +584,13 @@ def run_steps(steps: list[Any]) -> Mesh:
 # (before HoldArgs nothing held it for the actor: freed once its creator let go)
 @example([("drop_local", 0), ("actor", 0, 0), ("settle",), ("drop_local", 0),
           ("restart", 0, False), ("settle",)])
+# an actor call's giver dies while the actor holds X (before, it registered only when the
+# call ended: the owner freed X under it)
+@example([("call", 1, 0, True), ("settle",), ("kill", 1, 0), ("settle",), ("drop_local", 0)])
+# ... and the giver dies, the owner hearing of it first, while the actor's registration is
+# on its way: the owner says it freed X, the actor's X is lost (its reads fail), not held
+@example([("drop_local", 0), ("call", 0, 0, False), ("deliver", 0), ("kill", 1, 0),
+          ("deliver", 2), ("settle",)])
 def test_no_interleaving_frees_a_held_object_and_everything_goes_at_the_end(steps: list[Any]
                                                                             ) -> None:
     run_steps(steps).wind_down()

@@ -444,10 +444,13 @@ class NoteBorrow(Message, tag=62):
 
 
 class BorrowNoted(Message, tag=63):
-    """Owner -> worker: we keep what lend `token` hands over (note `seq`; its answer may go)."""
+    """Owner -> worker: we keep what lend `token` hands over (note `seq`; its answer may go).
+    `lost`: of a note registering the worker itself, the objects we did not register it
+    for (freed already, or the worker was taken for dead): its refs to them are lost."""
 
     token: bytes
     seq: int = 0
+    lost: list[bytes] = []
 
 
 class AskHandOff(Message, tag=64):

@@ -33,6 +33,7 @@ from zmesh.core.ownership import (
     KeepBorrowed,
     Lend,
     LendDone,
+    LostBorrowed,
     NoteAcked,
     NoteBorrow,
     ProbeOwner,
@@ -43,6 +44,7 @@ from zmesh.core.ownership import (
     TakeReturned,
     Verdict,
 )
+from zmesh.errors import ObjectLostError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import context, values
 from zmesh.runtime.ids import IdGen
@@ -210,7 +212,8 @@ class Lending:
             msg.token, tuple(msg.object_ids), tuple(msg.outers), msg.borrower, sender, msg.seq)))
 
     def _on_noted(self, sender: str, msg: m.BorrowNoted, bufs: list[Any]) -> None:
-        self.carry(self.client.objects.handle(NoteAcked(msg.token, msg.seq, sender)))
+        self.carry(self.client.objects.handle(NoteAcked(msg.token, msg.seq, sender,
+                                                        tuple(msg.lost))))
 
     def carry(self, actions: list[Action], threadsafe: bool = False) -> None:
         """Send what the core decided (loop thread, or `threadsafe` from another: in order
@@ -232,8 +235,10 @@ class Lending:
                         loop.call_soon(self._watch, token)
                     else:
                         self._watch(token)
-                case AckNote(lender, token, seq):
-                    send(lender, m.BorrowNoted(token=token, seq=seq))
+                case AckNote(lender, token, seq, lost):
+                    send(lender, m.BorrowNoted(token=token, seq=seq, lost=list(lost)))
+                case LostBorrowed(oid, why):
+                    self.client.objects.set_value(oid, values.encode_error(ObjectLostError(why)))
                 case AskBorrower(borrower, token, ids, outers, lender):
                     send(borrower, m.AskHandOff(token=token, object_ids=list(ids),
                                                 outers=list(outers), lender=lender))

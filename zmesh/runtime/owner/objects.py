@@ -25,6 +25,7 @@ from zmesh.core.ownership import (
     HandOff,
     HoldBorrowed,
     HoldContained,
+    LostBorrowed,
     NoteBorrow,
     Ownership,
     ProbeOwner,
@@ -93,7 +94,7 @@ class ObjectTable:
                         freed.append((oid, entry))
                 case (RefuseBorrow() | FailBorrowed() | ProbeOwner() | Verdict() | HandOff()
                       | ReleaseLender() | NoteBorrow() | SendAnswer() | AckNote()
-                      | AskBorrower()):
+                      | AskBorrower() | LostBorrowed()):
                     pass  # the caller's to carry out
                 case _:
                     assert_never(action)

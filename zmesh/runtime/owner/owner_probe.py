@@ -30,6 +30,7 @@ from zmesh.core.ownership import (
     FailBorrowed,
     Free,
     HandOff,
+    LostBorrowed,
     NoteBorrow,
     OwnerAnswered,
     OwnerDied,
@@ -123,7 +124,7 @@ class OwnerProbe:
                     self._probe(owner)
                 case Free() | RefuseBorrow() | HandOff() | ReleaseLender():
                     pass  # carried out by the object table
-                case SendAnswer() | NoteBorrow() | AckNote() | AskBorrower():
+                case SendAnswer() | NoteBorrow() | AckNote() | AskBorrower() | LostBorrowed():
                     self.client.lending.carry([action])  # (answers no dead owner holds back)
                 case _:
                     assert_never(action)

@@ -361,6 +361,9 @@ class Executor:
         if call.method == TERMINATE:
             raise ActorExit(TERMINATED)
         args, kwargs, refs = unpack_args(call.args, self.client.read)
+        if refs:  # (borrowed from a third process: registered before the call runs)
+            self.return_refs.register_args(refs, call.caller,
+                                           lend_token(call.task_id, call.attempt), wait=True)
         method = getattr(self.instance, call.method)
         return method(*args, **kwargs), refs
 
@@ -478,6 +481,9 @@ class Executor:
                 if call.method == TERMINATE:
                     raise ActorExit(TERMINATED)
                 args, kwargs, refs = unpack_args(call.args, self.client.read)
+                if refs:
+                    self.return_refs.register_args(refs, call.caller,
+                                                   lend_token(call.task_id, call.attempt))
                 method = getattr(self.instance, call.method)
                 if call.num_returns < 0:
                     returns = await streaming.run_call_async(

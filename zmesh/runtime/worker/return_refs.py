@@ -77,6 +77,23 @@ class ReturnRefs:
         """(our refs, others' refs) inside the answer of `task_id`, for its TaskResult."""
         return self._contained.pop(task_id, []), self._lent.pop(task_id, _NO_LENT)
 
+    def register_args(self, refs: list[Any], caller: str, token: bytes,
+                      wait: bool = False) -> None:
+        """An actor call starts with these argument refs: tell the owners of the ones
+        neither we nor the caller own that we borrow them (`KeepBorrowed` of the call's lend
+        `token`), not only when the call ends: the caller may die meanwhile (an actor does
+        not die with it), and its owner would free them under us. `wait`: until they
+        acknowledged (an owner that had freed one says so: reads of it then fail with
+        ObjectLostError, never a value); without it (an async actor's loop) any read of
+        ours still reaches the owner after the note (one connection). The call's answer
+        waits for the acknowledgement if it still holds one (`still_held`)."""
+        me = self.client.address
+        theirs = tuple({r.id for r in refs if r.owner != me and r.owner != caller})
+        if theirs:
+            self.client.lending.keep(token, theirs)
+            if wait:
+                self.client.lending.wait_noted(token)
+
     def still_held(self, refs: list[Any], caller: str, token: bytes) -> tuple[list[bytes], bool]:
         """The borrowed argument refs we still hold now that the work is done (in state, in
         tasks we passed them to, ...): (those the caller owns, which it keeps for us until we
