@@ -246,3 +246,51 @@ def test_a_puller_closed_mid_copy_closes_the_holders_file(
     finally:
         node.close()
     assert not _open_files_under(holder_files)
+
+
+def test_a_copy_longer_than_the_holders_idle_timeout_keeps_its_pin(
+    scratch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The holder drops a local read's pin after `session_timeout` idle seconds; a copy that
+    # took longer (a huge object, a slow disk, a busy machine) went on reading a file region
+    # the holder no longer kept for it: nothing reached the holder during the copy. The
+    # puller now asks again every quarter of that timeout, which renews the pin. Here the
+    # copy steps are 1 MiB and each waits 0.3 s on the puller's loop (a slow disk): 16 steps,
+    # about 5 s, against a 2 s timeout.
+    from zmesh.runtime.node import object_transfer
+
+    monkeypatch.setattr(object_transfer, "COPY_PIECE", MiB)
+    holder = TransferNode("tcp://127.0.0.1:0", f"{scratch}/holder-store", 64 * MiB,
+                          session_timeout=2.0)
+    puller = TransferNode("tcp://127.0.0.1:0", f"{scratch}/puller-store", 64 * MiB,
+                          local_root=scratch, session_timeout=2.0, stall_timeout=30.0)
+    try:
+        size = 16 * MiB
+        oid = holder.put(pattern(size, 9))
+        step = puller.transfer._copy_step
+        pinned: list[int] = []
+
+        def slow_step(tid: int, fd: int, src_offset: int, done: int) -> None:
+            if done == 0:
+                step(tid, fd, src_offset, done)
+                return
+
+            def later() -> None:
+                pinned.append(holder.state()["num_pinned"])
+                step(tid, fd, src_offset, done)
+
+            puller.loop.call_later(0.3, later)
+
+        def install() -> None:
+            puller.transfer._copy_step = slow_step  # type: ignore[method-assign]
+
+        puller.call(install)
+        assert puller.pull(oid, holder.address, size).result(60) == oid
+        assert puller.digest_of(oid) == digest(pattern(size, 9))
+        assert puller.state()["local_copies"] == 1 and puller.state()["bytes_received"] == 0
+        assert len(pinned) == 15 and pinned == [1] * 15, pinned  # held all along
+        assert wait_until(lambda: holder.state()["num_pinned"] == 0, timeout=10)  # PullDone
+        assert holder.state()["serving_sessions"] == 0
+    finally:
+        puller.close()
+        holder.close()

@@ -135,6 +135,8 @@ class ObjectTransfer:
         self._local_hint = local_hint
         self._local_from: dict[int, str] = {}  # transfer id -> source asked for a local read
         self._local_fds: dict[int, int] = {}  # transfer id -> the holder's file, being copied
+        # transfer id -> (holder, object id, when its pin was last renewed), while copying
+        self._local_pins: dict[int, tuple[str, bytes, float]] = {}
         self.local_bytes = 0
         self.last_local_refusal = ""  # why the latest local copy fell back (for tests, logs)
         self._closed = False
@@ -223,6 +225,7 @@ class ObjectTransfer:
             self._local_failed(tid, str(exc))
             return
         self._local_fds[tid] = fd  # (closed by the last step, or when the transfer ends)
+        self._local_pins[tid] = (sender, msg.object_id, self._clock())
         self._copy_step(tid, fd, msg.offset, 0)
 
     def _copy_step(self, tid: int, fd: int, src_offset: int, done: int) -> None:
@@ -248,16 +251,33 @@ class ObjectTransfer:
             return
         if end < len(view):
             assert self._loop is not None
-            self.manager.local_progress(tid, self._clock())
+            now = self._clock()
+            self.manager.local_progress(tid, now)
+            self._renew_pin(tid, now)
             self._loop.call_later(0.0, lambda: self._copy_step(tid, fd, src_offset, end))
             return
         self._close_local(tid)
         self.local_bytes += end
         self._run(self.manager.local_done(tid, self._clock()))
 
+    def _renew_pin(self, tid: int, now: float) -> None:
+        """Ask the holder again, now and then, during a long copy: its pin for a local read
+        goes after `session_timeout` idle seconds, and nothing else reaches it while we copy
+        (the copy of a huge object, or on a slow or busy machine, took longer and read a file
+        region the holder no longer kept). A repeated LocalReadRequest renews the pin; the
+        offer it brings again is ignored here (no longer asked for). The period is a quarter
+        of our own session timeout (nodes share the setting)."""
+        pin = self._local_pins.get(tid)
+        if pin is None or now - pin[2] < self.server.session_timeout / 4:
+            return
+        source, object_id, _ = pin
+        self._local_pins[tid] = (source, object_id, now)
+        self._send(source, LocalReadRequest(transfer_id=tid, object_id=object_id), ())
+
     def _close_local(self, tid: int) -> None:
         """Close the holder's file of a local copy (once; a step left pending when the loop
         stopped never runs, so the end of the transfer closes it too)."""
+        self._local_pins.pop(tid, None)
         fd = self._local_fds.pop(tid, None)
         if fd is not None:
             os.close(fd)
