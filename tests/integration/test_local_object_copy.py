@@ -294,3 +294,28 @@ def test_a_copy_longer_than_the_holders_idle_timeout_keeps_its_pin(
     finally:
         puller.close()
         holder.close()
+
+
+def test_a_local_copy_that_runs_out_of_room_fails_the_pull(
+    peer: PeerProcess, local: TransferNode, scratch: str
+) -> None:
+    # Before, the holder's file was closed twice (at once, then by the end of the transfer):
+    # the second close raised EBADF before the pull's waiters were told, and it hung.
+    from zmesh.errors import ObjectStoreFullError
+
+    size = COPY_PIECE + 3 * MiB  # two copy steps: the second finds no room
+    oid, _ = peer.put(size, seed=11)
+    reserve = local.store.reserve
+    calls = [0]
+
+    def full_at_the_second(object_id: bytes, offset: int, length: int) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise ObjectStoreFullError("no room left (test)")
+        reserve(object_id, offset, length)
+
+    local.call(setattr, local.store, "reserve", full_at_the_second)
+    with pytest.raises(ObjectStoreFullError):
+        local.pull(oid, peer.address, size).result(60)
+    assert not _open_files_under(os.path.realpath(f"{scratch}/peer-store"))
+    assert local.state()["num_pinned"] == 0

@@ -239,7 +239,9 @@ class ObjectTransfer:
         try:
             self.store.reserve(self._objects[tid], done, end - done)
         except (ObjectStoreFullError, ObjectLostError) as exc:
-            os.close(fd)
+            # (through _close_local: the abort's end of the transfer closes it too, and a
+            # second os.close raised EBADF there, before the pull's waiters were told)
+            self._close_local(tid)
             self._run(self.manager.abort(tid, exc))
             return
         try:
