@@ -277,6 +277,40 @@ def test_actors_keeping_refs_from_their_constructors_under_random_faults() -> No
     check()
 
 
+# Found by the same loop: both copies of the grant of a hand_on task's lease (forwarded from
+# n0 to n1: to the driver, and to n0) were dropped, then n1's worker for it was killed. n1
+# told the driver the lease's worker exited and n0 that the lease was done; no node placed
+# the request again and the driver waited for its grant forever (the get hung). The exit now
+# names the request, and an owner still waiting for it asks again (task_owner._worker_exited).
+_LOST_BOTH_GRANTS_SEED = 3485077201
+_LOST_BOTH_GRANTS_STEPS: list[tuple[Any, ...]] = [
+    ('forget', 70),
+    ('kill_node', 'n2'),
+    ('get', 24),
+    ('forget', 10),
+    ('advance', 3.0),
+    ('get', 78),
+    ('advance', 0.01),
+    ('advance', 0.5),
+    ('hand_on', 65),
+    ('link', 0.05, 0.1, 0.0, 0.1, 1.0),
+    ('hand_on', 3),
+    ('hand_on', 41),
+    ('get', 43),
+    ('link', 0.05, 0.0, 0.0, 0.0, 5.0),
+    ('advance', 0.5),
+    ('get', 99),
+    ('kill_worker',),
+    ('hand_on', 94),
+    ('advance', 3.0),
+    ('link', 0.05, 0.0, 0.0, 0.1, 1.0)]
+
+
+def test_a_grant_lost_twice_then_its_worker_killed_leaves_no_request_waiting() -> None:
+    violations, mesh = run_schedule(_LOST_BOTH_GRANTS_SEED, _LOST_BOTH_GRANTS_STEPS)
+    assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
+
+
 @zmesh.remote
 def fetch_items(maker: Any, n: int) -> Any:
     for v in range(n):  # each item a ref it borrows (the maker owns it)

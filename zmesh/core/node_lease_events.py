@@ -218,12 +218,14 @@ class LeaseDone(msgspec.Struct, frozen=True):
 
 
 class TellWorkerExited(msgspec.Struct, frozen=True):
-    """Tell the owner its lease's worker (or the node holding it) died."""
+    """Tell the owner its lease's worker (or the node holding it) died; `request_id` is the
+    owner's request the lease answered."""
 
     lease_id: bytes
     owner: str
     worker: bytes | None
     reason: str
+    request_id: int = -1
 
 
 class Revoke(msgspec.Struct, frozen=True):

@@ -361,7 +361,8 @@ class NodeLeases(PoolRules):
                 # gone and retries, a live origin that the lease is done (it keeps a record).
                 if lease.worker is not None:
                     out.append(TellWorkerExited(lease.lease_id, lease.owner, lease.worker,
-                                                f"its owner's node {event.node_id} {event.why}"))
+                                                f"its owner's node {event.node_id} {event.why}",
+                                                lease.request_id))
                 out += self._stop_worker(lease)
                 out += self._release(lease)
         return out
@@ -377,7 +378,8 @@ class NodeLeases(PoolRules):
         waited forever: a nested get under a pause, a node death and lossy links left the
         blocked task's lease granted for good.)"""
         del self.leases[lease.lease_id]
-        out: list[Action] = [TellWorkerExited(lease.lease_id, lease.owner, None, why)]
+        out: list[Action] = [TellWorkerExited(lease.lease_id, lease.owner, None, why,
+                                              lease.request_id)]
         new_id = hashlib.blake2b(lease.lease_id, digest_size=len(lease.lease_id),
                                  person=b"zmesh-replace").digest()
         again = msgspec.structs.replace(
@@ -473,7 +475,8 @@ class NodeLeases(PoolRules):
         if prev is WorkerRole.LEASED and rec.lease is not None:
             lease = self.leases.get(rec.lease)
             if lease is not None:
-                out.append(TellWorkerExited(lease.lease_id, lease.owner, worker, reason))
+                out.append(TellWorkerExited(lease.lease_id, lease.owner, worker, reason,
+                                            lease.request_id))
                 lease.worker = None
                 out += self._release(lease)
         elif prev is WorkerRole.HANDED:

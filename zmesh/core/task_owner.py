@@ -220,9 +220,18 @@ class TaskOwner(TaskOwnerFastPaths):
         lease = self.leases.pop(lid, None)
         if lease is None:
             # Before its grant: the node that forwarded the request took the holder for dead
-            # and placed it again. Used, the late grant would run our tasks on a worker that
-            # node forgot, and it would take the lease back from under them.
+            # and placed it again, or the grant was lost on its way here and its worker died.
+            # Used, the late grant would run our tasks on a worker that node forgot, and it
+            # would take the lease back from under them. The request it answered is asked
+            # again (a grant placed again under that request is then given back): when the
+            # grant was lost and the holder's worker died, no node places it again, and the
+            # tasks behind it waited forever.
             self.note_exited(lid)
+            key = self.requests.pop(e.request_id, None) if e.request_id >= 0 else None
+            if key is not None:
+                q = self.queues[key]
+                q.requesting -= 1
+                self._pump(key, q, out)
             return
         q = self.queues[lease.key]
         q.leases.remove(lid)

@@ -67,10 +67,12 @@ class LeaseRevoked(msgspec.Struct):
 
 
 class WorkerExited(msgspec.Struct):
-    """The leased worker died: its tasks in flight are retried or fail."""
+    """The leased worker died: its tasks in flight are retried or fail. `request_id`: the
+    request the lease answered (-1: unknown)."""
 
     lease_id: bytes
     reason: str
+    request_id: int = -1
 
 
 class Result(msgspec.Struct):

@@ -205,7 +205,7 @@ def test_a_lease_whose_origin_node_died_stops_its_worker_and_tells_owner_and_ori
                              origin="tcp://n0"))
     assert h.granted == {b"L1": b"w1"}
     actions = h.core.handle(ev.PeerDied("tcp://n0", "n0", "died"))
-    assert ev.TellWorkerExited(b"L1", OWNERS[0], b"w1", "its owner's node n0 died") in actions
+    assert ev.TellWorkerExited(b"L1", OWNERS[0], b"w1", "its owner's node n0 died", 1) in actions
     assert ev.KillWorker(b"w1", ev.SIGTERM) in actions
     assert ev.LeaseDone(b"L1", "tcp://n0") in actions
     assert h.core.role(b"w1") is WorkerRole.STOPPING and h.core.idle_count() == 0

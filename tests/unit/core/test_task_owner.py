@@ -174,6 +174,30 @@ def test_a_grant_that_comes_after_its_worker_was_reported_exited_is_given_back()
     core.validate()
 
 
+def test_a_request_whose_grant_never_came_and_whose_worker_died_is_asked_again() -> None:
+    # Random hand_on schedule (seed 3485077201): both copies of a grant (to us and to the
+    # origin node) were dropped, then the holder's worker was killed. The holder told us the
+    # lease's worker exited and the origin that the lease was done; no node placed the
+    # request again, and we waited for its grant forever (a get hung). The exit now names
+    # the request: still waiting for it, we ask again; the lost lease, if its grant comes
+    # after all, is given back.
+    core = TaskOwner()
+    out = core.handle(Submit(b"t", KEY, 0))
+    rid = next(a.request_id for a in out if isinstance(a, RequestLease))
+    out = core.handle(WorkerExited(b"L", "its worker was killed", rid))
+    again = [a for a in out if isinstance(a, RequestLease)]
+    assert len(again) == 1 and again[0].request_id != rid
+    core.validate()
+    assert core.handle(LeaseGranted(rid, b"L", "w", "n1", True)) == [
+        ReturnLease(b"L", False, "n1")]
+    out = core.handle(LeaseGranted(again[0].request_id, b"M", "w2", "n1", True))
+    assert sends(out) == [b"t"]
+    core.validate()
+    # an exit naming a request no longer waited for (granted, or asked again) changes nothing
+    assert core.handle(WorkerExited(b"N", "killed", rid)) == []
+    core.validate()
+
+
 def test_lease_failure_fails_the_queued_tasks() -> None:
     core = TaskOwner()
     out = core.handle(Submit(b"t", KEY, 3))

@@ -189,11 +189,14 @@ class NamedActorReply(Message, tag=32):
 
 
 class WorkerExited(Message, tag=33):
-    """A leased worker died: whatever ran on it failed with `reason`."""
+    """A leased worker died: whatever ran on it failed with `reason`. `request_id`: the
+    owner's request the lease answered (-1: not said, from an older node), so that an owner
+    that never had the grant asks again rather than wait for it."""
 
     lease_id: bytes
     worker_address: str
     reason: str
+    request_id: int = -1
 
 
 class AllocObject(Message, tag=34):

@@ -141,7 +141,8 @@ class LeaseShell:
                     address = gone.address if gone is not None else ""
                     reason = f"worker pid={gone.pid} {action.reason}" if gone else action.reason
                     ports.send(action.owner, m.WorkerExited(
-                        lease_id=action.lease_id, worker_address=address, reason=reason))
+                        lease_id=action.lease_id, worker_address=address, reason=reason,
+                        request_id=action.request_id))
                 case nl.Revoke():
                     ports.send(action.owner, m.RevokeLease(lease_id=action.lease_id))
                 case nl.Warn():

@@ -270,7 +270,7 @@ task of that function (`_fn_known`).
             for tid in [t for t, lid in self._direct.items() if lid == msg.lease_id]:
                 del self._direct[tid]
         self._gpu_env.pop(msg.lease_id, None)
-        self._do(self.core.handle(WorkerExited(msg.lease_id, msg.reason)))
+        self._do(self.core.handle(WorkerExited(msg.lease_id, msg.reason, msg.request_id)))
 
     def _on_result(self, sender: str, msg: m.TaskResult, bufs: list[Any]) -> None:
         if msg.lent:  # refs inside the returns: held before the arguments are let go
