@@ -61,6 +61,9 @@ class SimExecutor(Executor):
     def start(self) -> None:
         self.kernel.spawn(self.proc, self._run, f"{self.proc.name}-executor")
 
+    def _open_inbox(self) -> None:
+        return None  # calls come through the simulated loop (this thread cannot block in recv)
+
     def _create_actor(self, spec: m.CreateActor) -> None:
         if spec.is_async:
             err = values.encode_error(NotImplementedError(

@@ -142,7 +142,11 @@ class CreateActor(Message, tag=28):
 
 
 class ActorState(Message, tag=29):
-    """An actor's state changed: alive at `address`, restarting, or dead with `error`."""
+    """An actor's state changed: alive at `address`, restarting, or dead with `error`.
+
+    `call_address`, when set (with state "alive"), is where the actor's worker takes its
+    calls: a sync actor's executor thread receives them on an endpoint of its own
+    (`runtime/worker/actor_inbox.py`); everything else still goes to `address`."""
 
     actor_id: bytes
     state: str
@@ -151,6 +155,7 @@ class ActorState(Message, tag=29):
     reason: str = ""
     class_name: str = ""
     restarts: int = 0
+    call_address: str = ""
 
 
 class KillActor(Message, tag=30):

@@ -17,6 +17,11 @@ class ActorEntry:
     """An actor this node manages: its lifecycle core (the rules) and where it runs. `state`,
     `address`, `reason`, `error` and `restarts` are what was last published."""
 
+    def calls_at(self, state: str, address: str) -> str:
+        """The call address to publish with (state, address): '' unless the worker alive at
+        `address` reported one."""
+        return self.call_address if state == "alive" and address == self.call_for else ""
+
     spec: m.CreateActor
     state: str = "pending"
     worker: WorkerInfo | None = None
@@ -29,6 +34,10 @@ class ActorEntry:
     home: str = ""  # its home node, while this node hosts it for that one
     hops: int = 0
     proxy: bool = False  # a stand-in for an actor homed on another node (remote is its home)
+    # where the worker at `call_for` takes calls (ActorState.call_address), published with
+    # "alive" at that address only: never an older incarnation's
+    call_address: str = ""
+    call_for: str = ""
     life: ActorLifecycle = field(init=False)
 
     def __post_init__(self) -> None:

@@ -119,7 +119,7 @@ class ActorManager:
         self.node.loop.send(to, m.ActorState(
             actor_id=entry.spec.actor_id, state=entry.state, address=entry.address,
             error=entry.error, reason=entry.reason, class_name=entry.spec.class_name,
-            restarts=entry.restarts))
+            restarts=entry.restarts, call_address=entry.calls_at(entry.state, entry.address)))
 
     def schedule(self, entry: ActorEntry) -> None:
         """Place the actor with the scheduler (here, forwarded, or waiting)."""
@@ -201,11 +201,14 @@ class ActorManager:
                 state = life.ActorState(msg.state)
             except ValueError:
                 return
+            if msg.state == "alive":
+                entry.call_address, entry.call_for = msg.call_address, msg.address
             self.run(entry, life.HostReported(state, msg.address, msg.reason, msg.restarts,
                                               msg.error))
         elif entry.worker is None or sender != entry.worker.address:
             return  # from a worker that died before its report came: a new one is starting
         elif msg.state == "alive":
+            entry.call_address, entry.call_for = msg.call_address, msg.address
             self.run(entry, life.Started(msg.address))
         else:  # __init__ raised: dead for good, and its worker goes too
             self.run(entry, life.InitFailed(msg.reason, msg.error))
@@ -243,7 +246,8 @@ class ActorManager:
         entry.error = error or entry.error  # (a later subscriber hears what __init__ raised)
         msg = m.ActorState(actor_id=entry.spec.actor_id, state=state, address=address,
                            error=entry.error, reason=entry.reason,
-                           class_name=entry.spec.class_name, restarts=entry.restarts)
+                           class_name=entry.spec.class_name, restarts=entry.restarts,
+                           call_address=entry.calls_at(state, address))
         for sub in entry.subscribers:
             self.node.loop.send(sub, msg)
         if state == "dead":
@@ -346,7 +350,8 @@ class ActorManager:
         entry.subscribers.add(msg.subscriber)
         self.node.loop.send(msg.subscriber, m.ActorState(
             actor_id=msg.actor_id, state=entry.state, address=entry.address, error=entry.error,
-            reason=entry.reason, class_name=entry.spec.class_name, restarts=entry.restarts))
+            reason=entry.reason, class_name=entry.spec.class_name, restarts=entry.restarts,
+            call_address=entry.calls_at(entry.state, entry.address)))
 
     def _still_unknown(self, actor_id: bytes) -> None:
         for subscriber in self.early_subscribers.pop(actor_id, set()):

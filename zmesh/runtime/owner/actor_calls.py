@@ -106,6 +106,8 @@ class ActorCaller:
         self.core = ActorCallerCore()
         self.calls: dict[bytes, Call] = {}  # task id -> an open call
         self._by_address: dict[str, ActorRecord] = {}
+        # an actor's call address (ActorState.call_address) -> its worker's address
+        self._worker_of: dict[str, str] = {}
         self._lock = threading.Lock()
         self.pending_reasons: dict[str, str] = {}
         self.lives: dict[bytes, bytes] = {}  # handle-count id -> actor id (actors we created)
@@ -127,8 +129,9 @@ class ActorCaller:
                     if call is None:
                         continue
                     if call.pushes:  # their producers start sending to the callee now,
-                        ordered = tensor_push.order(  # and it waits for them
-                            self.client, action.address, call.pushes, on_loop)
+                        worker = self._worker_of.get(action.address, action.address)
+                        ordered = tensor_push.order(  # and it waits for them (its loop
+                            self.client, worker, call.pushes, on_loop)  # takes them)
                         call.args = tensor_push.flagged(call.args, ordered)
                         call.pushes = None
                     msg = self._message(call, action.seq)
@@ -383,7 +386,11 @@ class ActorCaller:
             rec.incarnation = msg.restarts
             rec.address = msg.address
             self._by_address[msg.address] = rec
-            event = ActorAlive(msg.actor_id, msg.restarts, msg.address)
+            if msg.call_address:
+                self._worker_of[msg.call_address] = msg.address
+            # calls go where its worker takes them (a sync actor's executor may have an
+            # endpoint of its own); everything else (cancels, borrows) to its address
+            event = ActorAlive(msg.actor_id, msg.restarts, msg.call_address or msg.address)
         elif msg.state == "dead":
             rec.error = self._death_value(rec, msg)
             # dead for good: what its constructor's arguments held goes (no restart reads

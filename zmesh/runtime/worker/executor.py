@@ -2,6 +2,8 @@
 
 The loop thread hands work over a queue; user code runs on the executor thread (or a thread
 pool for threaded actors, or an asyncio loop for async actors), so the loop keeps answering.
+A sync actor's calls skip the loop: the executor thread receives them itself
+(`actor_inbox`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from zmesh.runtime.owner.lending import lend_token
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.values import NONE_VALUE
 from zmesh.runtime.worker import events, logs, streaming
+from zmesh.runtime.worker.actor_inbox import ActorInbox
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
@@ -85,6 +88,7 @@ class Executor:
         # as in Ray, a variable that task code changed stays so for the worker's next tasks
         self._env_now: dict[str, str] | None = None
         self._prefix_of = ""  # the task name the log prefix was last set for
+        self.inbox: ActorInbox | None = None  # a sync actor's own endpoint for its calls
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
         self.recent = RecentTasks()  # a task its owner sends again runs at most once
@@ -106,19 +110,10 @@ class Executor:
             self.client.lending.answer_on_loop(msg.owner, answer)  # (or when it may go)
 
     def _on_call(self, sender: str, msg: m.ActorCall, bufs: list[Any]) -> None:
-        if self.mailbox.released(msg.caller, msg.seq):  # sent again: it ran or runs
-            answer, forgotten = self.replies.repeat(msg.task_id)
-            if answer is not None:  # its answer was lost on the way: send it again
-                self.client.lending.answer_on_loop(msg.caller, answer)  # (or when it may go)
-            elif forgotten:  # it ran, and its answer is no longer kept: sent long ago and
-                # lost, or still stuck in a backed-up queue on the call thread's connection,
-                # which this error (sent by the loop) could overtake: give it a grace first
-                self.client.loop.call_later(
-                    FORGOTTEN_GRACE_S, functools.partial(self._answer_forgotten, msg))
+        if self.inbox is not None:  # (callers send to the inbox: one that came here anyway
+            self.inbox.forward(sender, msg)  # joins the others on the inbox's thread)
             return
-        replies = self.replies
-        for call in self.mailbox.deliver(msg.caller, msg.seq, msg):
-            replies.expect(call.task_id)
+        for call in self._admit(msg):
             if self.aio is not None:
                 self.aio.call_soon_threadsafe(self._start_async_call, call)
             elif self.groups is not None:
@@ -127,6 +122,39 @@ class Executor:
                 self.pool.submit(self._call, call)
             else:
                 self.work.put(call)
+
+    def _admit(self, msg: m.ActorCall) -> list[m.ActorCall]:
+        """The calls `msg` lets run now, in their caller's order (the loop thread's, or the
+        executor's with an inbox). A repeat of a call that ran or runs releases none: its
+        kept answer goes again (from the loop)."""
+        if self.mailbox.released(msg.caller, msg.seq):  # sent again: it ran or runs
+            answer, forgotten = self.replies.repeat(msg.task_id)
+            loop = self.client.loop
+            if answer is not None:  # its answer was lost on the way: send it again
+                loop.call_soon(self.client.lending.answer_on_loop, msg.caller, answer)
+            elif forgotten:  # it ran, and its answer is no longer kept: sent long ago and
+                # lost, or still stuck in a backed-up queue on the call thread's connection,
+                # which this error (sent by the loop) could overtake: give it a grace first
+                loop.call_soon(loop.call_later, FORGOTTEN_GRACE_S,
+                               functools.partial(self._answer_forgotten, msg))
+            return []
+        calls = self.mailbox.deliver(msg.caller, msg.seq, msg)
+        for call in calls:
+            self.replies.expect(call.task_id)
+        return calls
+
+    def _on_inbox_call(self, sender: str, msg: m.ActorCall) -> None:
+        """A call from the inbox (executor thread): run what it releases, here and now."""
+        for call in self._admit(msg):
+            try:
+                self._call(call)
+            except (TaskCancelledError, TaskInterrupt):
+                pass  # the cancel landed after the call finished
+
+    def close(self) -> None:
+        """Close the actor's inbox, if it has one (the worker is exiting; any thread)."""
+        if self.inbox is not None:
+            self.inbox.stop()
 
     def _on_cancel(self, sender: str, msg: m.CancelTask, bufs: list[Any]) -> None:
         if msg.force:
@@ -178,6 +206,8 @@ class Executor:
                     self._call(item)
                 elif isinstance(item, m.CreateActor):
                     self._create_actor(item)
+                    if self.inbox is not None:  # its calls come there from now on
+                        self.inbox.serve(self._on_inbox_call)
             except (TaskCancelledError, TaskInterrupt):
                 pass  # the cancel landed after the task finished
 
@@ -351,9 +381,17 @@ class Executor:
             self._start_asyncio(spec.max_concurrency)
         elif spec.max_concurrency > 1 and self.groups is None:
             self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="zmesh-actor")
+        elif self.groups is None and not spec.is_async:  # one call at a time, on this thread
+            self.inbox = self._open_inbox()
         client.loop.send_threadsafe(client.node_address, m.ActorState(
             actor_id=spec.actor_id, state="alive", address=client.address,
-            class_name=spec.class_name, restarts=spec.restarts))
+            class_name=spec.class_name, restarts=spec.restarts,
+            call_address=self.inbox.address if self.inbox is not None else ""))
+
+    def _open_inbox(self) -> ActorInbox | None:
+        """The endpoint this actor's calls come to, received by this thread (or None: they
+        come through the loop)."""
+        return ActorInbox.open_beside(self.client.address)
 
     def _invoke(self, call: m.ActorCall) -> tuple[Any, list[Any]]:
         if call.task_id in self.cancelled or call.method == CANCELLED_CALL:

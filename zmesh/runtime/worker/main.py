@@ -67,6 +67,7 @@ def main(node_address: str, session_dir: str, worker_id: bytes, capture: bool = 
 
     client.loop.call_later(EVENTS_PERIOD_S, ship_events)
     client.loop.run()  # the loop runs on the main thread; exits on Shutdown
+    executor.close()
     sys.stdout.flush()
     os._exit(0)
 
