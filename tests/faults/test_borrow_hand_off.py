@@ -8,13 +8,14 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from runtime_program import NODES, run_schedule
 
 import zmesh
-from zmesh.errors import OwnerDiedError
+from zmesh.errors import ObjectLostError, OwnerDiedError, ZmeshError
 from zmesh.testing import sim_mesh
 from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -454,3 +455,57 @@ def test_an_actor_holding_a_borrowed_argument_when_its_caller_dies_keeps_it() ->
         mesh.kill_node("n1")
         mesh.advance(15.0)  # the owner hears of it; the call ends
         assert zmesh.get(keeper.read.remote(), timeout=30) == 9
+
+
+@zmesh.remote
+class LateReader:
+    def __init__(self) -> None:
+        self.outcome: Any = None
+
+    def hold(self, box: list[Any], never: list[Any]) -> None:
+        ref = box[0]  # a ref the caller owns, held past the caller's (failed) call
+        zmesh.wait(never, timeout=20.0)  # paused, taken for dead, resumed meanwhile
+        try:
+            self.outcome = int(zmesh.get(ref, timeout=30)[0])
+        except ZmeshError as exc:
+            self.outcome = exc
+
+
+def _instance_at(mesh: Any, address: str) -> Any:
+    """The actor instance a simulated worker of this mesh runs (user code runs in-process)."""
+    from zmesh.testing.sim_worker import SimExecutor
+
+    client = _client_at(mesh, address)
+    for obj in gc.get_objects():
+        if isinstance(obj, SimExecutor) and obj.client is client:
+            return obj.instance
+    raise AssertionError(f"no executor at {address}")
+
+
+def test_a_borrower_taken_for_dead_that_lives_on_reads_a_clear_error() -> None:
+    # An actor on n1 holds a ref the driver owns (and still holds); n1 is paused until it
+    # is taken for dead: the driver drops the actor's borrow. n1 resumes and the actor
+    # reads the ref. Before, it read the value while the object lived (freed whenever the
+    # driver let go: then ObjectLostError 'was freed'), so whether a read worked depended
+    # on others' refs. The owner now answers a process it took for dead with a clear error
+    # from the moment it dropped it; the object goes with the driver's last ref.
+    with sim_mesh(nodes=2, seed=3) as mesh:
+        reader = LateReader.options(scheduling_strategy=_on(mesh, "n1")).remote()
+        x = zmesh.put(np.arange(50_000))
+        never = [never_runs.remote()]
+        call = reader.hold.remote([x], never)
+        mesh.advance(1.0)  # it holds x
+        address = next(p.client.address for info, p in mesh.nodes["n1"].pool.live()
+                       if info.state == "actor")
+        mesh.pause_node("n1")
+        driver = mesh.driver.objects
+        assert mesh.run_until(lambda: driver.core._is_gone(address), 15.0)
+        mesh.resume_node("n1")
+        mesh.advance(25.0)  # it reads
+        outcome = _instance_at(mesh, address).outcome
+        assert isinstance(outcome, ObjectLostError) and "took it for dead" in str(outcome), \
+            outcome
+        oid = x.id
+        del x, call
+        gc.collect()
+        assert mesh.run_until(lambda: oid not in driver.entries, 30.0)

@@ -82,6 +82,14 @@ class LendingRules:
         return address in self.gone or (bool(self.gone_prefixes) and any(
             address.startswith(p) for p in self.gone_prefixes))
 
+    def dropped(self, address: str) -> bool:
+        """Whether we handled the death of the process at `address` (we borrow it nothing
+        and lend it nothing any more). One taken for dead that lives on (paused,
+        partitioned) gets a clear error for each of our objects it asks for, whether or not
+        the object still lives: its refs are lost, consistently, not valid while others
+        hold the object and gone when they let go."""
+        return self._is_gone(address)
+
     # -- the lender ------------------------------------------------------------------------
     def _lend(self, e: Lend, out: list[Action]) -> None:
         if self._is_gone(e.borrower):  # (an actor's answer to a caller that died: it takes
@@ -236,8 +244,13 @@ class LendingRules:
                 if oid not in self.records or not self.records[oid].owned)
         out.append(AckNote(e.lender, e.token, e.seq, lost))  # (to one taken for dead too:
         # it may live, and then knows its refs are lost)
-        if self._is_gone(e.lender):  # it died waiting for this: its answer never went
+        gone = self._is_gone(e.lender)
+        if gone and e.borrower == e.lender:  # (it registers nothing now)
             return
+        # A lender we took for dead: if it died, its answer never went (it waited for this);
+        # if it lives on (paused, partitioned), its answer goes now. We keep what it hands
+        # over for the borrower either way and ask the borrower to settle at once (again
+        # while it is open: `AskAgain`), as for a lender that died after its note.
         kept_already = self.noted.get(e.token)
         if kept_already is not None and e.seq in kept_already[2]:
             return  # a repeated note (our acknowledgement was lost): kept already
@@ -265,6 +278,10 @@ class LendingRules:
         _, where, seqs = self.noted.setdefault(e.token, (e.lender, {}, set()))
         where.update(kept)
         seqs.add(e.seq)
+        if gone:
+            ids = tuple(sorted(where))
+            out.append(AskBorrower(e.borrower, e.token, ids, tuple(where[i] for i in ids),
+                                   e.lender))
 
     def _handed_off(self, e: HandedOff, out: list[Action]) -> None:
         if e.take and not self._is_gone(e.borrower):  # (a dead one's late news registers

@@ -87,6 +87,7 @@ class Mesh:
         self.starting: dict[bytes, tuple[str, str, bool, bytes]] = {}  # calls not yet run
         self.lost: set[str] = set()  # processes told their X is lost (freed before they
         # registered): their reads of it fail, they hold nothing
+        self.false_dead: set[str] = set()  # taken for dead by the others, yet alive
         self.handle(OWNER, AddLocal(X, OWNER))
         self.handle(OWNER, AddBorrower((X,), W1))
         self.handle(W1, AddLocal(X, OWNER))
@@ -173,6 +174,9 @@ class Mesh:
             _, tid, keep, outer = msg
             if src in self.dead and tid not in self.actor_calls:  # (a node runs nothing
                 return  # for an owner that died; an actor runs what reached it)
+            if src in self.false_dead and tid not in self.actor_calls:
+                self.send("mem", src, ("failed", tid))  # (nor for one taken for dead)
+                return
             if tid in self.actor_calls and src != OWNER:  # (the shell's register_args:
                 # its X is of no use until the owner answered)
                 self.starting[tid] = (src, dst, keep, outer)
@@ -212,7 +216,9 @@ class Mesh:
                 held = rec is not None and bool(rec.local > self._starting(name)
                                                 or rec.submitted or rec.borrowers
                                                 or rec.escaped)
-                assert name in self.dead or name in self.lost or not held, \
+                # (one taken for dead that lives on reads a clear error: never the value)
+                assert name in self.dead or name in self.lost or name in self.false_dead \
+                    or not held, \
                     f"freed by its owner, yet {name} holds it\n" + self.cores[name].story(X)
 
     # -- the program's steps -----------------------------------------------------------------
@@ -317,6 +323,34 @@ class Mesh:
             self.send("mem", other, ("gone", name))
         for runner in orphans:
             self.kill(runner, k)
+
+    def false_kill(self, name: str) -> None:
+        """`name` is taken for dead (paused, partitioned) but lives on: every other process
+        hears of its death at a moment of its own, and what dies with it in a real death
+        (the plain tasks and the actors it started: their nodes kill them) dies; the tasks
+        and actors it runs fail for their givers; its messages keep flowing both ways."""
+        if name in self.dead or name in self.false_dead:
+            return
+        self.false_dead.add(name)
+        orphans = sorted({v[1] for t, v in self.tasks.items()
+                          if v[0] == name and t not in self.actor_calls}
+                         | {r for t, (r, g) in self.answers.items()
+                            if g == name and t not in self.actor_calls}
+                         | {r for g, r, _ in self.actors.values() if g == name})
+        for tid in [t for t, v in self.tasks.items() if v[1] == name]:
+            self.send("mem", self.tasks.pop(tid)[0], ("failed", tid))
+        for tid in [t for t, v in self.starting.items() if v[1] == name]:
+            self.send("mem", self.starting.pop(tid)[0], ("failed", tid))
+        for key, (giver, runner, _) in sorted(self.actors.items()):
+            if runner == name:
+                del self.actors[key]
+                self.send("mem", giver, ("actor_dead", key))
+        for other in NAMES:
+            if other != name:
+                self.send("mem", other, ("gone", name))
+        for runner in orphans:
+            if runner != name:
+                self.kill(runner, 0)
 
     def read(self, name: str, k: int) -> None:
         """`name` reads one of its returns whose value came: a ref to X in this process."""
@@ -463,6 +497,7 @@ _STEP = {
     "finish": st.tuples(st.just("finish"), _i, st.booleans()),
     "chain": st.tuples(st.just("chain"), _i, _i, st.booleans(), st.booleans()),
     "call": st.tuples(st.just("call"), _i, _i, st.booleans()),
+    "false_kill": st.tuples(st.just("false_kill"), _i),
     "renote": st.tuples(st.just("renote"), _i),
     "lose": st.tuples(st.just("lose"), _i, st.booleans()),
     "actor": st.tuples(st.just("actor"), _i, _i),
@@ -492,9 +527,11 @@ def run_steps(steps: list[Any]) -> Mesh:
     def alive() -> list[str]:
         return [n for n in NAMES if n not in mesh.dead]
 
-    def holders() -> list[str]:  # (that may pass X on: a lost X is not passed on here)
+    def holders() -> list[str]:  # (that may pass X on: a lost X is not passed on here, nor
+        # does one taken for dead start anything new)
         return [n for n in alive() if (r := mesh.cores[n].records.get(X)) is not None
-                and r.local > mesh._starting(n) and n not in mesh.lost]
+                and r.local > mesh._starting(n) and n not in mesh.lost
+                and n not in mesh.false_dead]
 
     for step in steps:
         kind = step[0]
@@ -552,6 +589,10 @@ def run_steps(steps: list[Any]) -> Mesh:
             mesh.renote(step[1])
         elif kind == "lose":
             mesh.lose(step[1], step[2])
+        elif kind == "false_kill":
+            name = _pick([n for n in MORTAL if n not in mesh.dead], step[1])
+            if name:
+                mesh.false_kill(name)
         elif kind == "actor":
             src = _pick(holders(), step[1])
             dst = _pick([n for n in alive() if n not in (src, OWNER)], step[2])
@@ -591,6 +632,11 @@ def run_steps(steps: list[Any]) -> Mesh:
 # on its way: the owner says it freed X, the actor's X is lost (its reads fail), not held
 @example([("drop_local", 0), ("call", 0, 0, False), ("deliver", 0), ("kill", 1, 0),
           ("deliver", 2), ("settle",)])
+# a lender taken for dead that lives on: its note comes after the owner dropped it, and its
+# answer goes (before, the owner kept nothing for the caller: freed under it once the owner
+# let go of its own ref)
+@example([("ret", 0, 1, False), ("false_kill", 1), ("deliver", 1), ("deliver", 2),
+          ("drop_local", 0), ("settle",)])
 def test_no_interleaving_frees_a_held_object_and_everything_goes_at_the_end(steps: list[Any]
                                                                             ) -> None:
     run_steps(steps).wind_down()
@@ -652,14 +698,17 @@ def test_the_owner_keeps_a_noted_lend_for_the_caller_until_it_settles_or_dies() 
     assert o.handle(HandedOff((X,), C, W1, b"t", True)) == []  # (no lender left to release)
     assert o.records[X].borrowers == {C} and not o.lends and not o.noted
     assert o.handle(RemoveBorrower((X,), C)) == [Free(X, OWNER, True, ())]
-    # a caller that died takes nothing over; a note from a dead lender is ignored (its
-    # answer never went: it waited for our acknowledgement)
+    # a caller that died takes nothing over
     o.handle(AddLocal(X, OWNER))
     o.handle(BorrowNote(b"u", (X,), (b"r",), "ipc://s2/caller", W2))
     assert o.handle(BorrowerGone("tcp://n2", "ipc://s2/")) == []
-    assert o.handle(BorrowNote(b"v", (X,), (b"r",), C, W1)) == [AckNote(W1, b"v")]
+    # ... a note from a lender taken for dead: it may live on (paused, partitioned) and
+    # answer now: kept for the caller, which is asked to settle at once
+    assert o.handle(BorrowNote(b"v", (X,), (b"r",), C, W1)) == [
+        AckNote(W1, b"v"), AskBorrower(C, b"v", (X,), (b"r",), W1)]
+    assert o.handle(RemoveLocal(X)) == []
+    assert o.handle(HandedOff((X,), C, W1, b"v", False)) == [Free(X, OWNER, True, ())]
     assert not o.lends
-    assert o.handle(RemoveLocal(X)) == [Free(X, OWNER, True, ())]
     o.validate()
 
 

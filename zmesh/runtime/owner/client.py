@@ -392,6 +392,11 @@ class CoreClient:
         def reply(value: m.Value) -> None:
             self.loop.send(msg.requester, m.ObjectValue(object_id=msg.object_id, value=value))
 
+        if self.objects.core.dropped(msg.requester):  # (taken for dead, it lives on)
+            reply(values.encode_error(ObjectLostError(
+                f"object {msg.object_id.hex()} is lost to this process: its owner "
+                f"{self.address} took it for dead and dropped its borrow")))
+            return
         if not self.objects.when_ready(msg.object_id, reply):
             reply(values.encode_error(ObjectLostError(
                 f"object {msg.object_id.hex()} was freed: its owner {self.address} holds no "
