@@ -258,14 +258,15 @@ _ctor_faults = st.one_of(
 
 
 @pytest.mark.timeout(900)
-def test_actors_keeping_refs_from_their_constructors_under_random_faults() -> None:
+def test_actors_keeping_refs_from_their_constructors_under_random_faults(
+        pytestconfig: pytest.Config) -> None:
     """Random schedules of `ctor` (an actor, max_restarts=1, keeps a ref a third worker
     owns from its constructor's argument and reads it on each call) under worker kills
     (actors restart, then die), pauses and lossy links: each read gives the value or a
     documented error, and once every handle is dropped everything is released."""
 
-    @settings(max_examples=15, deadline=None, database=None, derandomize=True,
-              phases=(Phase.explicit, Phase.generate),
+    @settings(max_examples=60 if pytestconfig.getoption("--slow") else 8, deadline=None,
+              database=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     @given(seed=st.integers(0, 2**32 - 1),
            steps=st.lists(st.one_of(_ctor_ops, _ctor_ops, _ctor_faults),
