@@ -76,3 +76,28 @@ def test_stop_removes_the_socket_file_while_a_call_runs(tmp_path: Path) -> None:
 def test_turned_off_by_the_environment(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("ZMESH_ACTOR_INBOX", "0")
     assert ActorInbox.open_beside(f"ipc://{tmp_path}/worker-3-ef.sock") is None
+
+
+class _FailingEndpoint:
+    address = "ipc:///nowhere/worker-4-gh-calls.sock"
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def recv(self, timeout: float | None) -> None:
+        from zmesh.errors import TransportError
+
+        raise TransportError("the socket broke")
+
+    def wake(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_failed_endpoint_ends_serve_saying_why() -> None:
+    endpoint = _FailingEndpoint()
+    why = ActorInbox(endpoint).serve(lambda sender, call: None)
+    assert "the socket broke" in why and endpoint.address in why
+    assert endpoint.closed

@@ -104,9 +104,10 @@ class ActorInbox:
             pass
 
     # -- the executor thread ---------------------------------------------------------------
-    def serve(self, on_call: Callable[[str, m.ActorCall], None]) -> None:
+    def serve(self, on_call: Callable[[str, m.ActorCall], None]) -> str:
         """Receive calls and run `on_call(sender, call)` for each, in arrival order, until
-        `stop` (or the endpoint fails); then close the endpoint."""
+        `stop` (returns '') or the endpoint fails (returns why: no call can reach the actor
+        any more); then close the endpoint."""
         endpoint = self.endpoint
         forwarded = self._forwarded
         try:
@@ -114,9 +115,10 @@ class ActorInbox:
                 try:
                     item = endpoint.recv(None)
                 except TransportError as exc:
-                    logger.warning("actor inbox %s: %s; calls go to the worker's loop",
-                                   self.address, exc)
-                    return
+                    if self._stopping:
+                        return ""
+                    logger.error("actor inbox %s failed: %s", self.address, exc)
+                    return f"its call endpoint {self.address} failed: {exc}"
                 while forwarded:
                     on_call(*forwarded.popleft())
                 if item is None or self._stopping:
@@ -124,6 +126,7 @@ class ActorInbox:
                 call = self._decode(*item)
                 if call is not None:
                     on_call(item[0], call)
+            return ""
         finally:
             endpoint.close()
             self._closed.set()

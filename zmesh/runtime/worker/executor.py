@@ -207,7 +207,9 @@ class Executor:
                 elif isinstance(item, m.CreateActor):
                     self._create_actor(item)
                     if self.inbox is not None:  # its calls come there from now on
-                        self.inbox.serve(self._on_inbox_call)
+                        why = self.inbox.serve(self._on_inbox_call)
+                        if why and not self.exited:  # none can come: its callers must
+                            self._exit_actor(why)  # hear it is gone, not wait
             except (TaskCancelledError, TaskInterrupt):
                 pass  # the cancel landed after the task finished
 
