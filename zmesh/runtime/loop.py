@@ -61,6 +61,9 @@ class EventLoop:
         self._when_idle: list[Callable[[], Any]] = []  # see `call_when_idle`
         self._idle_by = 0.0  # when they run whatever waits
         self.thread: threading.Thread | None = None
+        # the thread running `run` (its own thread, or a worker's main thread); None until
+        # then, and in a simulated loop, which the kernel runs
+        self.run_thread: threading.Thread | None = None
         # Fault injection (zmesh.testing.Cluster.cut): peers whose messages are dropped both
         # ways, as if the link to them were cut.
         self.blocked: frozenset[str] = frozenset()
@@ -171,6 +174,7 @@ class EventLoop:
 
     def run(self) -> None:
         """Serve until `stop`; a handler that raises is logged and the loop goes on."""
+        self.run_thread = threading.current_thread()
         self.call_later(IDLE_CONNECTION_S / 2, self._close_idle)
         calls = self._calls
         timers = self._timers

@@ -143,14 +143,27 @@ class Waits:
         """A future of the ref's value. The pending callback keeps the ref alive: the caller
         may drop it (`await f.remote()` keeps no variable) and the value must still arrive."""
         fut: Future[Any] = Future()
-        read = self.client.read
+        client = self.client
+        read = client.read
 
-        def done(value: m.Value, keep: ObjectRef = ref) -> None:
+        def decode(value: m.Value, keep: ObjectRef) -> None:
             try:
-                obj = self.client.lending.decode(keep, value, read)
+                obj = client.lending.decode(keep, value, read)
                 fut.set_result(values.raise_if_error(value, obj))
             except BaseException as exc:
                 fut.set_exception(exc)
+
+        def done(value: m.Value, keep: ObjectRef = ref) -> None:
+            if value.loc is not None and threading.current_thread() is client.loop.run_thread:
+                # The value came later, to the loop thread, and lies in the store: reading it
+                # asks the node and waits for the reply, which only this thread receives.
+                # Read on the loop, every await of a stored value that was not ready yet
+                # (an async actor's or an asyncio driver's) failed after 30 s with "the zmesh
+                # node did not answer". A thread of its own reads it.
+                threading.Thread(target=decode, args=(value, keep), daemon=True,
+                                 name="zmesh-await-read").start()
+                return
+            decode(value, keep)
 
         self.request_borrowed([ref])
         if not self.client.objects.when_ready(ref.id, done):
