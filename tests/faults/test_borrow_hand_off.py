@@ -245,11 +245,9 @@ _ctor_ops = st.one_of(
     st.tuples(st.just("forget"), st.integers(0, 99)),
     st.tuples(st.just("advance"), st.sampled_from([0.01, 0.5, 3.0])),
 )
-# (no node kill: a copy a node pulled of an object whose owner's node then died stays
-# stored, pinned by its reader, whatever the hand-off does; found by these schedules with
-# kill_node, seed 2195 of the hand_on mix; left open)
 _ctor_faults = st.one_of(
     st.tuples(st.just("kill_worker")),
+    st.tuples(st.just("kill_node"), st.sampled_from(NODES[1:])),
     st.tuples(st.just("pause"), st.sampled_from(NODES), st.sampled_from([0.2, 1.0, 5.0])),
     st.tuples(st.just("link"), st.sampled_from([0.0, 0.05]), st.sampled_from([0.0, 0.1]),
               st.sampled_from([0.0, 0.3]), st.sampled_from([0.0, 0.1]),
@@ -261,8 +259,8 @@ _ctor_faults = st.one_of(
 def test_actors_keeping_refs_from_their_constructors_under_random_faults(
         pytestconfig: pytest.Config) -> None:
     """Random schedules of `ctor` (an actor, max_restarts=1, keeps a ref a third worker
-    owns from its constructor's argument and reads it on each call) under worker kills
-    (actors restart, then die), pauses and lossy links: each read gives the value or a
+    owns from its constructor's argument and reads it on each call) under worker and node
+    kills (actors restart, then die), pauses and lossy links: each read gives the value or a
     documented error, and once every handle is dropped everything is released."""
 
     @settings(max_examples=60 if pytestconfig.getoption("--slow") else 8, deadline=None,

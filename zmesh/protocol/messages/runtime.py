@@ -12,13 +12,18 @@ from zmesh.protocol.messages.base import Message
 
 
 class StoreLoc(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """Where an object's packed bytes lie in a node's store."""
+    """Where an object's packed bytes lie in a node's store.
+
+    `owner`: the address of the object's owner (set by the node that stored it), so that a
+    node that pulls a copy for a reader frees that copy when the owner dies.
+    """
 
     node: str
     segment: str
     offset: int
     size: int
     object_id: bytes = b""
+    owner: str = ""
 
 
 class Value(msgspec.Struct, array_like=True, frozen=True, gc=False):

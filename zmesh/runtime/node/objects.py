@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from zmesh.core.stored_owners import StoredOwners
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.transfer import ChunkRequest, LocalReadRequest
@@ -48,10 +49,9 @@ class NodeObjects:
         # Seal travels on the writer's connection, the reader's pin or a peer's chunk request
         # on another, so they can overtake it: they wait here for the seal.
         self._unsealed: dict[bytes, list[Callable[[], None]]] = {}
-        # Objects stored here by owner, so that an owner's death frees them (nobody else
-        # would: the owner's FreeObjects is what frees an object).
-        self._owner_of: dict[bytes, str] = {}
-        self._owned: dict[str, set[bytes]] = {}
+        # Objects stored here (allocated or pulled) by owner, so that an owner's death frees
+        # them (nobody else would: the owner's FreeObjects is what frees an object).
+        self.owners = StoredOwners()
 
     def register(self, loop: EventLoop) -> None:
         self.transfer.register(loop, handle_free=False)
@@ -80,7 +80,10 @@ class NodeObjects:
         def pulled(object_id: bytes, error: BaseException | None) -> None:
             if error is not None:
                 self._refuse(sender, msg, error)
-            elif msg.client in self.node.clients:  # a reader that died meanwhile pins nothing
+                return
+            if store.contains(oid):  # a copy now lies here: its owner's death frees it too
+                self.owners.note(oid, src.owner)
+            if msg.client in self.node.clients:  # a reader that died meanwhile pins nothing
                 self._pin(sender, msg)
 
         self.transfer.pull(oid, address, src.size, pulled)
@@ -101,7 +104,7 @@ class NodeObjects:
             return True
         self.node.loop.send(sender, m.AllocReply(request_id=msg.request_id, loc=m.StoreLoc(
             node=self.node.node_id, segment=loc.segment, offset=loc.offset, size=loc.size,
-            object_id=msg.object_id)))
+            object_id=msg.object_id, owner=self.owners.owner_of(msg.object_id))))
         return True
 
     def _refuse(self, sender: str, msg: m.PinObject, error: BaseException) -> None:
@@ -142,38 +145,43 @@ class NodeObjects:
     # -- frees -----------------------------------------------------------------------------
     def note_owner(self, object_id: bytes, owner: str) -> None:
         """`owner` owns the object just allocated here."""
-        self._owner_of[object_id] = owner
-        self._owned.setdefault(owner, set()).add(object_id)
+        self.owners.note(object_id, owner)
 
     def owner_gone(self, owner: str) -> None:
         """A dead owner's objects will never be freed by it: free them now, with every copy."""
-        ids = self._owned.pop(owner, set())
-        for oid in ids:
-            self._owner_of.pop(oid, None)
+        self._free_orphans(self.owners.owner_died(owner))
+
+    def _free_orphans(self, ids: list[bytes]) -> None:
         if ids:
-            self.transfer.free(list(ids))
+            self.transfer.free(ids)
             for oid in ids:
                 self._wake(oid)
 
-    def _forget_owner(self, object_ids: list[bytes]) -> None:
-        for oid in object_ids:
-            owner = self._owner_of.pop(oid, None)
-            if owner is not None:
-                owned = self._owned.get(owner)
-                if owned is not None:
-                    owned.discard(oid)
-                    if not owned:
-                        del self._owned[owner]
-
     def on_free(self, sender: str, msg: m.FreeObjects, bufs: list[Any]) -> None:
-        self._forget_owner(msg.object_ids)
+        self.owners.forget(msg.object_ids)
         self.transfer.free(msg.object_ids)
         for oid in msg.object_ids:  # waiters for a seal that will not come now fail
             self._wake(oid)
         if msg.node and msg.node != self.node.node_id:
             address = self._address_of(msg.node)
-            if address is not None:  # a dead holder took its copy with it
+            if address is not None:
                 self.node.loop.send(address, m.FreeObjects(object_ids=list(msg.object_ids)))
+            else:
+                # A dead holder took its primary copy with it, and its list of the nodes
+                # that pulled copies: the owner still frees those, so every live node hears
+                # the free (one that holds no copy ignores it).
+                self._free_everywhere(list(msg.object_ids))
+
+    def _free_everywhere(self, object_ids: list[bytes]) -> None:
+        mesh = self.node.mesh
+        if mesh is None:
+            return
+        for node_id in list(mesh.node_address):
+            if node_id == self.node.node_id:
+                continue
+            address = mesh.live_address(node_id)
+            if address is not None:
+                self.node.loop.send(address, m.FreeObjects(object_ids=object_ids))
 
     # -- membership and shutdown -----------------------------------------------------------
     def node_gone(self, node_id: str, address: str, why: str) -> None:
@@ -185,6 +193,10 @@ class NodeObjects:
         for client in list(self.node.clients):
             self.node.loop.send(client, died)
         self.transfer.peer_died(address)
+        # Every object stored here (allocated, or a copy pulled from any node) whose owner
+        # lived there will never be freed by it: free it now (its readers give their pins
+        # back when asked, and fail to read it anyway: its owner died).
+        self._free_orphans(self.owners.node_died(address, _owner_prefix(died.ipc_dir)))
 
     def close(self) -> None:
         self.transfer.close()
@@ -217,6 +229,14 @@ class NodeObjects:
         mesh = self.node.mesh
         why = mesh.dead_nodes.get(node_id) if mesh is not None else None
         return why or "is not a live member of this mesh"
+
+
+def _owner_prefix(ipc_dir: str) -> str:
+    """What the addresses of a dead node's processes start with, as readers judge it from
+    NodeDied.ipc_dir ("" when unknown: then only the node's own address)."""
+    if not ipc_dir:
+        return ""
+    return ipc_dir if "://" in ipc_dir else f"ipc://{ipc_dir}/"
 
 
 def _local_prefix(ipc: str) -> str:

@@ -97,10 +97,11 @@ class StoreRoom:
         if not done:
             self.ports.call_later(0.0, lambda: self._reserve(sender, msg, loc))
             return
-        self.ports.note_owner(msg.object_id, msg.for_owner or msg.owner)
+        owner = msg.for_owner or msg.owner
+        self.ports.note_owner(msg.object_id, owner)
         self.ports.send(sender, m.AllocReply(request_id=msg.request_id, loc=m.StoreLoc(
             node=self.node_id, segment=loc.segment, offset=loc.offset, size=loc.size,
-            object_id=msg.object_id)))
+            object_id=msg.object_id, owner=owner)))
 
     def _fail(self, sender: str, msg: m.AllocObject, exc: BaseException) -> None:
         self.ports.send(sender, m.AllocReply(request_id=msg.request_id,
