@@ -311,6 +311,40 @@ def test_a_grant_lost_twice_then_its_worker_killed_leaves_no_request_waiting() -
     assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
 
 
+# Found by the same loop: the worker on n2 running make_big for hand_on's worker was killed
+# right after it answered; its answer went with it and n2's WorkerExited was dropped. The
+# owner waited forever for a task on a dead worker (the get hung, and the lease of hand_on,
+# blocked in it, stayed granted on n0). The origin (n0), told by n2 that the lease is done,
+# now tells the owner too.
+_LOST_EXIT_SEED = 1651119253
+_LOST_EXIT_STEPS: list[tuple[Any, ...]] = [
+    ('get', 45),
+    ('advance', 3.0),
+    ('kill_worker',),
+    ('kill_worker',),
+    ('link', 0.0, 0.1, 0.3, 0.0, 0.2),
+    ('pause', 'n1', 5.0),
+    ('hand_on', 44),
+    ('link', 0.05, 0.0, 0.3, 0.1, 1.0),
+    ('hand_on', 30),
+    ('kill_node', 'n1'),
+    ('forget', 51),
+    ('advance', 0.5),
+    ('kill_worker',),
+    ('get', 32),
+    ('pause', 'n0', 0.2),
+    ('hand_on', 74),
+    ('advance', 0.5),
+    ('pause', 'n2', 1.0),
+    ('kill_worker',),
+    ('pause', 'n0', 1.0)]
+
+
+def test_a_lost_worker_exit_reaches_the_owner_through_the_origin() -> None:
+    violations, mesh = run_schedule(_LOST_EXIT_SEED, _LOST_EXIT_STEPS)
+    assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
+
+
 @zmesh.remote
 def fetch_items(maker: Any, n: int) -> Any:
     for v in range(n):  # each item a ref it borrows (the maker owns it)

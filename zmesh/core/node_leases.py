@@ -187,7 +187,15 @@ class NodeLeases(PoolRules):
                     # a node that died). Place it again, or the owner waits forever.
                     return self._lost_remote(lease, f"its node {event.sender} no longer has it")
                 else:
+                    # Done there: returned by its owner, refused, or its worker is gone. The
+                    # owner hears it from us too: the holder told it once, and that word can
+                    # be lost, with the holder's worker's last answer (an owner with tasks on
+                    # the dead worker, or still waiting for a grant it never had, waited
+                    # forever). An owner that returned the lease ignores it.
                     del self.leases[event.lease_id]
+                    return [TellWorkerExited(lease.lease_id, lease.owner, None,
+                                             f"its lease ended on node {event.sender}",
+                                             lease.request_id)]
                 return []
             case ForwardRepeated():
                 return self._repeated(event)

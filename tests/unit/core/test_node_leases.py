@@ -277,7 +277,7 @@ def test_a_granted_forward_whose_done_was_lost_is_asked_about_until_it_is_forgot
     assert holder.core.handle(ev.ForwardRepeated(b"L1", "tcp://n0")) == [
         ev.TellOrigin(b"L1", "tcp://n0", None, unknown=True)]
     assert h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
-                                             unknown=True)) == []
+                                             unknown=True)) == [ev.TellWorkerExited(b"L1", OWNERS[0], None, "its lease ended on node tcp://n2", 7)]
     assert h.core.leases == {} and h.core.handle(sweep) == [] and not h.core.sweeping
 
 
@@ -375,12 +375,15 @@ def test_a_forward_its_holder_no_longer_knows_is_placed_again_under_a_fresh_id()
     h.core.validate()
 
 
-def test_done_and_unknown_of_a_granted_or_finished_forward_change_nothing_more():
+def test_done_and_unknown_of_a_granted_or_finished_forward_tell_the_owner_and_no_more():
+    # The owner hears that the lease ended from the origin too (random hand_on schedule,
+    # seed 1651119253: the holder's WorkerExited and its worker's last answer were lost, and
+    # the owner waited forever for a task on a dead worker); it is never placed again.
     h = Harness()
     _forwarded(h)
     h.core.handle(ev.ForwardSent(b"L1", "tcp://n2"))
-    assert h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False)) == []
-    assert h.core.leases == {}  # done there (refused, or returned): forgotten here
+    assert h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False)) == [ev.TellWorkerExited(b"L1", OWNERS[0], None, "its lease ended on node tcp://n2", 7)]
+    assert h.core.leases == {}  # done there (refused, returned, its worker gone): forgotten
     assert h.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
                                              unknown=True)) == []
     assert h.core.leases == {}
@@ -390,7 +393,7 @@ def test_done_and_unknown_of_a_granted_or_finished_forward_change_nothing_more()
     h2.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=True))
     # granted there: the owner holds it (or held it); it is not placed a second time
     assert h2.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n2", granted=False,
-                                              unknown=True)) == []
+                                              unknown=True)) == [ev.TellWorkerExited(b"L1", OWNERS[0], None, "its lease ended on node tcp://n2", 7)]
     assert h2.core.leases == {}
 
 
