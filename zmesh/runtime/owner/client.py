@@ -315,28 +315,39 @@ class CoreClient:
         deadline = None if timeout is None else self.loop.clock() + timeout
         many = len(refs) > 1
         vals = self.waits.values(refs, deadline, many)
+        me = self.address
         if many:
-            failed = next((v for v in vals if v is not None and v.is_error), None)
+            failed = None
+            for v in vals:
+                if v is not None and v.is_error:
+                    failed = v
+                    break
         else:  # one ref (the common case: no generator), or none
             first = vals[0] if vals else None
             if first is not None and first.loc is None and not first.is_error:
-                return [self.lending.decode(refs[0], first, None)]  # inline: nothing to
-                # read, or to lose
+                ref = refs[0]  # inline: nothing to read, or to lose
+                if ref.owner == me:
+                    return [values.decode(first, None)]
+                return [self.lending.decode(ref, first, None)]
             failed = first if first is not None and first.is_error else None
         if failed is not None:  # as Ray: the first failure raises without waiting for the rest
             values.raise_if_error(failed, values.decode(failed, self.read))
-        out = []
+        # A ref we own decodes as is (what `Lending.decode` does for it, without the call:
+        # a batch of owned refs is the common large get); a borrowed one goes through it.
+        read, decode, lent_decode = self.read, values.decode, self.lending.decode
+        out: list[Any] = []
+        append = out.append
         for ref, v in zip(refs, vals):
             try:
-                obj = self.lending.decode(ref, v, self.read)
+                obj = decode(v, read) if ref.owner == me else lent_decode(ref, v, read)
             except ObjectLostError as exc:
                 rebuilt = self._rebuild_value(ref, deadline)
                 if rebuilt is None:
                     self._raise_if_owner_died(ref, exc, deadline)
                     raise
                 v = rebuilt
-                obj = self.lending.decode(ref, v, self.read)
-            out.append(values.raise_if_error(v, obj))
+                obj = lent_decode(ref, v, read)
+            append(obj if not v.is_error else values.raise_if_error(v, obj))
         return out
 
     def _raise_if_owner_died(self, ref: ObjectRef, exc: ObjectLostError,
