@@ -106,3 +106,37 @@ _PULLED_COPY_STEPS: list[tuple[Any, ...]] = [
 def test_a_copy_pulled_from_a_handed_on_ref_whose_owner_node_died_is_freed() -> None:
     violations, mesh = run_schedule(_PULLED_COPY_SEED, _PULLED_COPY_STEPS)
     assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
+
+
+# Found by random hand_on schedules (a seed loop beyond the 60 of test_borrow_hand_off): a
+# worker on n0 was killed while its AllocObject was held back on a slow link; the node
+# released what it wrote, then allocated the late request for it, unsealed and owned by a
+# dead process, for good ('n0 stores 1 objects'). A node now allocates only for
+# its live processes.
+_LATE_ALLOC_SEED = 18728
+_LATE_ALLOC_STEPS: list[tuple[Any, ...]] = [
+    ('get', 76),
+    ('hand_on', 70),
+    ('forget', 1),
+    ('get', 26),
+    ('link_kinds', ['HandOffBorrow'], 0.0, 0.5, 0.0, 5.0),
+    ('hand_on', 61),
+    ('link_kinds', ['HandOffBorrow'], 0.0, 0.5, 0.0, 1.0),
+    ('hand_on', 61),
+    ('advance', 0.01),
+    ('forget', 86),
+    ('forget', 86),
+    ('kill_worker',),
+    ('pause', 'n0', 1.0),
+    ('link', 0.05, 0.1, 0.3, 0.1, 0.2),
+    ('pause', 'n2', 5.0),
+    ('link_kinds', ['AskHandOff'], 1.0, 0.0, 0.5, 1.0),
+    ('hand_on', 12),
+    ('advance', 0.01),
+    ('kill_worker',),
+    ('link_kinds', ['AskHandOff'], 1.0, 0.0, 0.5, 1.0)]
+
+
+def test_a_late_allocation_from_a_killed_writer_stores_nothing() -> None:
+    violations, mesh = run_schedule(_LATE_ALLOC_SEED, _LATE_ALLOC_STEPS)
+    assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"

@@ -25,11 +25,13 @@ class Ports:
         self.sent: list[tuple[str, Any]] = []
         self.later: list[Callable[[], None]] = []
         self.owners: dict[bytes, str] = {}
+        self.dead: set[str] = set()
 
     def room_ports(self) -> RoomPorts:
         return RoomPorts(send=lambda to, msg: self.sent.append((to, msg)),
                          call_later=lambda delay, fn: self.later.append(fn),
-                         clock=lambda: 0.0, note_owner=self.owners.__setitem__)
+                         clock=lambda: 0.0, note_owner=self.owners.__setitem__,
+                         live=lambda address: address not in self.dead)
 
     def turn(self) -> None:
         due, self.later = self.later, []
@@ -101,3 +103,17 @@ def test_a_writer_gone_while_its_pages_are_reserved_gets_no_answer(store: Object
     while ports.later:
         ports.turn()
     assert ports.sent == [] and not store.contains(b"o" * 20)
+
+
+def test_an_allocation_from_a_writer_taken_for_dead_is_refused_and_stores_nothing(
+        store: ObjectStore) -> None:
+    # Its request came after the node released what it wrote (killed, its AllocObject late
+    # on a slow link): before, the object was allocated for it and stayed for good (found by
+    # random hand_on schedules, tests/faults/test_pulled_copies.py).
+    ports = Ports()
+    ports.dead.add("ipc://writer")
+    room = StoreRoom(store, "node", ports.room_ports())
+    room.on_alloc("ipc://writer", alloc(MiB), [])
+    [(to, reply)] = ports.sent
+    assert to == "ipc://writer" and reply.error and reply.loc is None
+    assert store.stats().num_objects == 0 and ports.owners == {}

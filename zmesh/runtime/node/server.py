@@ -164,7 +164,7 @@ class Node:
         self.objects = NodeObjects(self)
         self.room = StoreRoom(self.store, self.node_id, RoomPorts(
             send=self.loop.send, call_later=self.loop.call_later, clock=self.loop.clock,
-            note_owner=self.objects.note_owner))
+            note_owner=self.objects.note_owner, live=self.clients.__contains__))
         self.ops = NodeOps(session_dir, self.node_id, self._worker_pid)
         self.answers = NodeAnswers(self)
         self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())

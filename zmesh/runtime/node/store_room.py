@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from zmesh.errors import ObjectLostError, ObjectStoreFullError
+from zmesh.errors import ObjectLostError, ObjectStoreFullError, ZmeshError
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
 from zmesh.store.arena import Location
@@ -33,6 +33,7 @@ class RoomPorts(msgspec.Struct, frozen=True):
     call_later: Callable[[float, Callable[[], None]], Any]
     clock: Callable[[], float]
     note_owner: Callable[[bytes, str], None]  # the object's owner, freed if it dies
+    live: Callable[[str], bool]  # whether a process is a live client of this node
 
 
 class StoreRoom:
@@ -69,7 +70,14 @@ class StoreRoom:
 
     def _try(self, sender: str, msg: m.AllocObject, *, final: bool) -> bool:
         """Allocate and answer (once its pages are reserved); False (no answer) when the
-        store is full and not `final`."""
+        store is full and not `final`. A writer this node already took for dead (its request
+        came late, or it died while waiting for room) gets nothing: its objects were
+        released with it, and one allocated now would stay for good."""
+        if not self.ports.live(msg.owner):
+            self._fail(sender, msg, ZmeshError(
+                f"object {msg.object_id.hex()} not allocated: its writer {msg.owner} is not a "
+                f"live process of node {self.node_id}"))
+            return True
         try:
             loc = self.store.allocate(msg.object_id, msg.size, owner=msg.owner, reserve=False)
         except ObjectStoreFullError as exc:
