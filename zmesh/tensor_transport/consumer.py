@@ -10,7 +10,6 @@ NCCL, or when they are gone), in one go.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections import OrderedDict
 from typing import Any
@@ -20,6 +19,7 @@ import msgspec
 from zmesh.tensor_transport import producer as p
 from zmesh.tensor_transport import push as pu
 from zmesh.tensor_transport.pool import POOL
+from zmesh.tensor_transport.push_in import Pushed, PushIn
 from zmesh.tensor_transport.types import TensorTransportError
 
 CONNECT_TIMEOUT_S = 10.0
@@ -61,7 +61,7 @@ class _Pair:
         self.status_host = [s.numpy() for s in self.status] if self.ctl == "cpu" else []
         self.gone_watch: list[Any] = [None] * len(self.datas)  # gloo, per lane
         self.spent: list[Any] = []  # the last transfer's works, dropped in the next one
-        self.push = PushIn(self.datas[0]) if backend == "gloo" else None
+        self.push = PushIn(self.datas[0], self.asks[0]) if backend == "gloo" else None
 
     def drop_spent(self) -> None:
         """Let the last transfer's works go (under `lock`), in the next transfer once its
@@ -81,113 +81,22 @@ class _Pair:
         self.gone_watch[lane] = self.datas[lane].recv([self.status[lane]], 0, p.TAG_STATUS)
 
 
-class PushIn:
-    """The consumer's side of pushes on one pair (gloo): the standing receive of the next
-    header, a thread that takes each header as it comes in (posting its tensors' receives at
-    once, so the data moves while the call that reads it is still on its way), and the pushed
-    transfers taken but not read yet (see zmesh.tensor_transport.push)."""
-
-    def __init__(self, group: Any) -> None:
-        import torch
-
-        self.group = group
-        self.header = torch.zeros(pu.HEADER_BYTES, dtype=torch.uint8)
-        self.header_host = self.header.numpy()
-        self.lock = threading.Lock()  # the fields below; push receives posted in header order
-        self.came = threading.Condition(self.lock)  # a header came in (or the thread ended)
-        self.refused: OrderedDict[str, None] = OrderedDict()  # keys the producer did not push
-        self.ended = False
-        self.waiting = group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
-        self.kept: OrderedDict[str, pu.Pushed] = OrderedDict()  # by key, oldest first
-        self.watcher = threading.Thread(target=self._watch, daemon=True, name="tensor-push-in")
-        self.watcher.start()
-
-    def _watch(self) -> None:
-        try:
-            while True:
-                self.waiting.wait(p.IDLE_WAIT)
-                with self.lock:
-                    if not self._take_header():
-                        return
-                    self.came.notify_all()
-        except Exception:  # noqa: BLE001 - the pair broke (the producer went away)
-            pass
-        finally:
-            with self.lock:
-                self.ended = True
-                self.came.notify_all()
-
-    def wait_for(self, key: str) -> None:
-        """A caller ordered the push of `key` here: wait until it came in, the producer said
-        it refused it, the pair ended, or PUSH_WAIT_S passed (the push was asked for while
-        this pair was being made: the producer could not send even its refusal)."""
-        with self.lock:
-            self.came.wait_for(lambda: key in self.kept or key in self.refused or self.ended,
-                               pu.push_wait_s())
-            self.refused.pop(key, None)
-
-    def _take_header(self) -> bool:
-        """The header that came in (its receive waited on): post its tensors' receives (into
-        warm blocks), the next header's receive, and keep the transfer for its read (the lock
-        held). False for the last header (see _end_pushes), or one that makes no sense."""
-        import torch
-
-        key, count, sizes = p.decode_request(self.header_host)
-        if count == pu.REFUSED:
-            self.header_host[-1] = 0
-            self.waiting = self.group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
-            self.refused[key] = None
-            while len(self.refused) > pu.MAX_KEPT:  # (reads that never came)
-                self.refused.popitem(last=False)
-            return True
-        if not 0 <= count <= len(sizes):
-            return False
-        sizes = sizes[:count]
-        self.header_host[-1] = 0
-        out = [POOL.empty([n], torch.uint8) for n in sizes]
-        works = [self.group.recv([t], 0, pu.TAG_PUSH_FIRST + i) for i, t in enumerate(out)]
-        self.waiting = self.group.recv([self.header], 0, pu.TAG_PUSH_HEADER)
-        self._keep(pu.Pushed(key, sizes, out, works))
-        return True
-
-    def take(self, key: str, sizes: list[int], metas: list[tuple[list[int], str]],
-             dtypes: list[Any]) -> pu.Pushed | None:
-        """The pushed transfer of `key` (receives posted, maybe not complete), or None."""
-        with self.lock:
-            kept = self.kept.get(key)
-            if kept is None or kept.sizes != sizes:
-                return None
-            del self.kept[key]
-        kept.out = [b.view(dt).reshape(shape)
-                    for b, (shape, _), dt in zip(kept.out, metas, dtypes)]
-        return kept
-
-    def _keep(self, pushed: pu.Pushed) -> None:
-        """Keep a pushed transfer for a read of its key; drop the oldest past MAX_KEPT or
-        PUSH_KEEP_S (once received: a receive's buffer must outlive it)."""
-        old = self.kept.pop(pushed.key, None)
-        if old is not None:
-            _let_go(old)
-        self.kept[pushed.key] = pushed
-        now = time.monotonic()
-        while self.kept:
-            first = next(iter(self.kept.values()))
-            if len(self.kept) <= pu.MAX_KEPT and now - first.at < pu.PUSH_KEEP_S:
-                break
-            _let_go(self.kept.pop(first.key))
-
-    def clear(self) -> None:
-        with self.lock:
-            while self.kept:
-                _let_go(self.kept.popitem(last=False)[1])
-
-
-def _let_go(pushed: pu.Pushed) -> None:
-    for work in pushed.works:
-        work.wait()
+def receive_early(args: Any) -> None:
+    """A call came in (the worker's loop thread): post the receives of each push its caller
+    ordered for it (flagged in its descriptor), on the pair with that producer if one is
+    made and has moved tensors (so the producer's side of it is up); else the read pulls."""
+    for mark in pu.flagged_markers(args):
+        pair = _pairs.get((mark.address, "gloo"))
+        if pair is not None and pair.push is not None and not pair.fresh:
+            try:
+                pair.push.early(mark.key, mark.tag, mark.sizes)
+            except Exception:  # noqa: BLE001 - the pair broke: the read finds out, pulls
+                pass
 
 
 pushed_reads = 0  # reads served by a push, in this process (for tests and tools)
+early_reads = 0  # ... of them, posted when their call came in
+pairs_dropped = 0  # pairs dropped as out of step (a push posted that never came)
 requests_sent = 0  # pull requests sent by this process (for tests and tools)
 
 
@@ -238,18 +147,31 @@ def _pair_for(address: str, backend: str) -> _Pair:
         _pairs[key] = pair
     making.set()
     if dropped is not None and dropped[1].push is not None:
-        _end_pushes(dropped[0])
+        _end_pushes(dropped[0], dropped[1].pair_id)
     return pair
 
 
-def _end_pushes(address: str) -> None:
+def _drop_pair(address: str, backend: str, pair: _Pair) -> None:
+    """Forget a pair that is out of step (a push posted on it will never come): the next
+    transfer makes a new one; this one's push thread is ended and both sides close."""
+    global pairs_dropped
+    pairs_dropped += 1
+    with _pairs_lock:
+        if _pairs.get((address, backend)) is pair:
+            del _pairs[(address, backend)]
+    if pair.push is not None:
+        _end_pushes(address, pair.pair_id)
+
+
+def _end_pushes(address: str, pair_id: str) -> None:
     """A dropped pair's thread waits for the next push header (and so keeps the pair open):
-    ask its producer for a last header that ends it (then the pair closes, on both sides)."""
+    ask its producer for a last header that ends it (then the pair closes, on both sides).
+    Named by its id: a newer pair with the same producer is not ended."""
     from zmesh.protocol.messages import runtime as m
     from zmesh.runtime import context
 
     client = context.current_client()
-    arg = msgspec.msgpack.encode(["", client.address])
+    arg = msgspec.msgpack.encode(["", client.address, pair_id])
     try:
         client.loop.send_threadsafe(address, m.Query(request_id=0, what="tensor_push", arg=arg))
     except Exception:  # noqa: BLE001 - a producer gone already closed the pair
@@ -274,18 +196,25 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
     try:
         paired = (address, backend) in _pairs  # (a push needs a pair made before)
         pair = _pair_for(address, backend)
-        if pushed and paired and pair.push is not None:
-            pair.push.wait_for(key)  # the caller ordered a push: it comes, or a refusal
         dtypes = [getattr(torch, dtype) for _, dtype in metas]
         sizes = [_numel(shape) * dt.itemsize for (shape, _), dt in zip(metas, dtypes)]
+        if pair.push is not None:
+            ordered = pushed and paired
+            if ordered:
+                pair.push.wait_for(key)  # the caller ordered a push: posted, or refused
+            came = pair.push.take(key, sizes, metas, dtypes)
+            if came is not None:  # pushed: no request
+                with pair.lock:
+                    got = _receive_pushed(pair, came)
+                if got is not None:
+                    return got
+            if pair.push.broken:  # a push posted here that will never come: a new pair
+                _drop_pair(address, backend, pair)
+                pair = _pair_for(address, backend)
         more = p.extra_sizes(sizes)
         if more is not None:
             more = more.to(pair.ctl)
         with pair.lock:
-            if pair.push is not None:
-                came = pair.push.take(key, sizes, metas, dtypes)
-                if came is not None:  # the producer already sent it: no request
-                    return _receive_pushed(pair, came, sum(sizes))
             transfer = pair.transfers
             pair.transfers += 1
             lane = transfer % len(pair.datas)  # the tensors' group, its status's slot
@@ -345,15 +274,23 @@ def fetch(address: str, backend: str, key: str, metas: list[tuple[list[int], str
             f"answering ({type(exc).__name__}: {exc})") from exc
 
 
-def _receive_pushed(pair: _Pair, pushed: pu.Pushed, nbytes: int) -> list[Any]:
-    """Wait for a pushed transfer's receives (the pair's lock held)."""
-    global pushed_reads
+def _receive_pushed(pair: _Pair, pushed: Pushed) -> list[Any] | None:
+    """Wait for a noticed push's receives (the pair's lock held); None when the pair broke
+    (the producer went away: the read then finds out on a new pair)."""
+    global pushed_reads, early_reads
+    assert pair.push is not None
+    nbytes = sum(pushed.sizes)
     pair.drop_spent()
-    for work in reversed(pushed.works):
-        work.wait()
+    try:
+        for work in reversed(pushed.works):  # (the last one in first: one wake-up)
+            work.wait()
+    except Exception:  # noqa: BLE001 - the producer went away
+        pair.push.broken = True
+        return None
     if nbytes <= KEEP_WORKS_BYTES:
         pair.spent = pushed.works  # see _Pair.drop_spent
     pushed_reads += 1
+    early_reads += pushed.claimed
     return pushed.out
 
 

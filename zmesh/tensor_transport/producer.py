@@ -49,14 +49,25 @@ class KeptTensors:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._kept: dict[str, tuple[list[Any], list[int]]] = {}  # key -> tensors, sizes
+        self._tags: dict[str, int] = {}  # key -> its push tag (see push.PUSH_TAGS)
+        self._next_tag = 0
         self.address = ""
         self.sent_bytes = 0
         self.pushes: Any = None  # push.PushLanes, set when that module is loaded
 
-    def keep(self, key: str, tensors: list[Any]) -> None:
+    def keep(self, key: str, tensors: list[Any]) -> int:
+        """Keep `tensors` under `key`; the key's push tag (the next one in turn)."""
         sizes = [t.nbytes for t in tensors]
         with self._lock:
             self._kept[key] = (tensors, sizes)
+            tag = self._tags[key] = self._next_tag
+            self._next_tag += 1
+            return tag
+
+    def tag(self, key: str) -> int | None:
+        """The push tag of a kept key, or None."""
+        with self._lock:
+            return self._tags.get(key)
 
     def get(self, key: str) -> list[Any] | None:
         lent = self.lend(key)
@@ -71,6 +82,7 @@ class KeptTensors:
         """The last ref anywhere went: free the tensors (device memory too)."""
         with self._lock:
             self._kept.pop(key, None)
+            self._tags.pop(key, None)
 
     def count(self) -> int:
         with self._lock:
@@ -114,7 +126,9 @@ class KeptTensors:
         if backend != "gloo" or not consumer or lanes is None:  # NCCL: one CUDA stream per
             self._answer(datas, asks, backend)  # pair, so pulls only
             return
-        lanes.open(consumer, pair_id, datas[0])  # pushes go on the first tensors' group
+        # a push's tensors go on the first tensors' group, its notice on the first
+        # requests' group (see push.PushLanes.open)
+        lanes.open(consumer, pair_id, datas[0], asks[0])
         try:
             self._answer(datas, asks, backend)
         finally:

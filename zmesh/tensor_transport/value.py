@@ -92,7 +92,7 @@ def keep(result: Any, backend: str, producer_name: str) -> Transported:
     tensors: list[Any] = []
     skeleton = _split(result, tensors)
     key = uuid.uuid4().hex
-    producer.KEPT.keep(key, tensors)
+    tag = producer.KEPT.keep(key, tensors)
     client = context.current_client()
     anchor = client.put(key)  # owned here: freed when the last copy of the descriptor is gone
     client.free_hooks[anchor.id] = lambda: producer.KEPT.drop(key)
@@ -102,10 +102,12 @@ def keep(result: Any, backend: str, producer_name: str) -> Transported:
         "backend": backend, "key": key, "anchor": _Anchor(anchor), "skeleton": skeleton,
         "metas": [(list(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors],
         "devices": [t.device.type for t in tensors], "producer": producer_name}
-    if backend == "gloo":  # a caller that passes the ref to an actor asks for a push
+    if backend == "gloo" and 0 < len(tensors) <= producer.INLINE_SIZES and \
+            all(t.device.type == "cpu" for t in tensors):
+        # a caller that passes the ref to an actor asks for a push (gloo, host tensors)
         from zmesh.tensor_transport.push import marker
 
-        state["push"] = marker(key, address)
+        state["push"] = marker(key, address, tag, tuple(t.nbytes for t in tensors))
     return Transported(state)
 
 

@@ -59,10 +59,34 @@ class Producer:
 
         return LANES.count()
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def kept_count(self) -> int:
+        from zmesh.tensor_transport import kept_count
+
+        return kept_count()
+
     def counts(self) -> tuple[int, int]:
         from zmesh.tensor_transport.push import LANES
 
         return LANES.pushed, LANES.declined
+
+    def refuse(self, on: bool) -> None:
+        """Refuse every push (MAX_ARMED 0) from now on, or not."""
+        from zmesh.tensor_transport import push
+
+        push.MAX_ARMED = 0 if on else 16
+
+    def drop_orders(self, on: bool) -> None:
+        """Take no order for a push (as if each were lost on the way), or take them again."""
+        from zmesh.runtime import context
+        from zmesh.tensor_transport.push import LANES
+
+        handlers = context.current_client().query_handlers
+        handlers["tensor_push"] = (lambda sender, msg: None) if on else LANES.on_push
 
 
 @zmesh.remote  # one call at a time: a call waits for the one before it
@@ -85,6 +109,13 @@ class Consumer:
         from zmesh.tensor_transport import consumer
 
         return consumer.requests_sent, consumer.pushed_reads
+
+    def early_reads(self) -> tuple[int, int, int]:
+        """Reads of pushes posted when their call came in; pairs dropped as out of step;
+        pulls."""
+        from zmesh.tensor_transport import consumer
+
+        return consumer.early_reads, consumer.pairs_dropped, consumer.requests_sent
 
     def wait_header(self, producer: str) -> bool:
         """Until a push from `producer` has come in on our pair with it (its header taken, or
@@ -262,3 +293,89 @@ def test_a_read_waits_for_the_push_its_caller_ordered(ray):
     many = ray.get(c.total.remote(p.many.remote(20)), timeout=120)
     assert many == float(sum(range(20)))
     assert ray.get(c.counters.remote()) == (asked + 1, pushed + 5)
+
+
+def _paired_with(ray, wait_s: str):
+    p = Producer.remote()
+    c = Consumer.options(runtime_env={"env_vars": {"ZMESH_TENSOR_PUSH_WAIT_S": wait_s}}).remote()
+    assert ray.get(c.load_nested.remote([p.weights.remote(0.5)]), timeout=120) == value(0.5)
+    return p, c
+
+
+def test_a_pushed_reads_receives_are_posted_when_its_call_comes_in(ray):
+    p, c = _paired_with(ray, "60")
+    early, dropped, asked = ray.get(c.early_reads.remote())
+    for i in range(4):
+        assert ray.get(c.load.remote(p.weights.remote(float(i))), timeout=120) == value(float(i))
+    # every read found its receives posted as the call came in (before the notice came)
+    assert ray.get(c.early_reads.remote()) == (early + 4, dropped, asked)
+
+
+def test_a_push_refused_after_its_receives_were_posted_is_pulled_on_a_new_pair(ray):
+    p, c = _paired_with(ray, "60")
+    ray.get(p.refuse.remote(True))
+    _, _, asked = ray.get(c.early_reads.remote())
+    for i in range(3):
+        assert ray.get(c.load.remote(p.weights.remote(float(i))), timeout=120) == value(float(i))
+    _, _, asked2 = ray.get(c.early_reads.remote())
+    assert asked2 == asked + 3  # each read pulled (on a new pair when its push was posted)
+    ray.get(p.refuse.remote(False))
+    for i in range(3):  # and pushes go on: the pair is in step
+        assert ray.get(c.load.remote(p.weights.remote(float(i))), timeout=120) == value(float(i))
+
+
+def test_a_push_whose_order_was_lost_is_pulled_after_a_bounded_wait(ray):
+    p, c = _paired_with(ray, "1")
+    ray.get(p.drop_orders.remote(True))
+    early, dropped, asked = ray.get(c.early_reads.remote())
+    # posted when the call came in, never sent: the read waits ~1 s, then drops the pair
+    # (gloo closed it at the timeout) and pulls on a new one
+    assert ray.get(c.load.remote(p.weights.remote(2.0)), timeout=120) == value(2.0)
+    assert ray.get(c.early_reads.remote()) == (early, dropped + 1, asked + 1)
+    ray.get(p.drop_orders.remote(False))
+    for i in range(3):
+        assert ray.get(c.load.remote(p.weights.remote(float(i))), timeout=120) == value(float(i))
+    assert ray.get(c.early_reads.remote())[0] >= early + 1  # pushed again on the new pair
+
+
+def test_a_pushed_read_of_a_dead_producer_fails_clearly(ray):
+    from zmesh.tensor_transport import TensorTransportError
+
+    p, c = _paired_with(ray, "60")
+    ref = p.weights.remote(2.0)
+    ray.wait([ref], timeout=120)
+    pid = ray.get(p.pid.remote())
+    ray.kill(p)
+
+    def gone() -> bool:  # the process, not only the handle (its calls fail at once)
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                return "State:\tZ" in status.read()
+        except FileNotFoundError:
+            return True
+
+    assert wait_until(gone, timeout=60)
+    # the call still orders a push (to nobody) and the consumer may post its receives when
+    # the call comes in: the read ends when the pair breaks and fails, no 60 s wait
+    with pytest.raises(Exception) as info:
+        ray.get(c.load.remote(ref), timeout=120)
+    assert isinstance(info.value, TensorTransportError) or \
+        "TensorTransportError" in str(info.value), info.value
+    assert "producer died" in str(info.value)
+
+
+def test_a_consumer_that_dies_lets_the_producers_pushes_go(ray):
+    p, c = _paired_with(ray, "60")
+    caddr = ray.get(c.address.remote())
+    assert ray.get(c.load.remote(p.weights.remote(1.0)), timeout=120) == value(1.0)
+    assert ray.get(p.lanes.remote()) == 1
+    refs = [p.weights.remote(float(i)) for i in range(3)]
+    ray.wait(refs, num_returns=3, timeout=120)
+    ray.kill(c)
+    # pushes ordered to it now are sent into a pair that breaks: the producer lets them
+    # go and closes its side; nothing is left armed, and the results are freed with refs
+    ray.get(p.push_kept.remote(caddr, 3, [0, 1, 2], 3))
+    assert wait_until(lambda: ray.get(p.lanes.remote()) == 0, timeout=60)
+    assert ray.get(p.armed.remote(caddr)) == 0
+    del refs
+    assert wait_until(lambda: ray.get(p.kept_count.remote()) == 0, timeout=60)

@@ -1,5 +1,6 @@
-"""The producer's pushes on one pair: at most MAX_ARMED unreceived (past it a push is refused
-and the consumer pulls), each let go once received, none after the pair closed."""
+"""The producer's pushes on one pair: a notice on the pair's header stream, then the
+tensors on their key's own tags; at most MAX_ARMED unreceived (past it a push is
+refused and the consumer pulls), each let go once received, none after the pair closed."""
 
 from __future__ import annotations
 
@@ -43,18 +44,27 @@ def _wait(cond, timeout: float = 30.0) -> bool:
     return cond()
 
 
-def test_one_unreceived_push_per_pair_then_refused_until_received():
+def test_pushes_go_on_their_keys_tags_up_to_the_limit_unreceived():
     lanes, group = push.PushLanes(), _Group()
-    key = "ab" * 16
+    key, other = "ab" * 16, "ba" * 16
     p.KEPT.keep(key, [torch.ones(4), torch.zeros(2, dtype=torch.int64)])
+    p.KEPT.keep(other, [torch.ones(4)])
+    tag, tag2 = p.KEPT.tag(key), p.KEPT.tag(other)
     try:
+        assert tag is not None and tag2 is not None and tag != tag2
         assert not lanes.push(key, "ipc:///c")  # no pair with that consumer: no push
         lanes.open("ipc:///c", "pair1", group)
-        assert lanes.push(key, "ipc:///c")
-        assert group.sent == [push.TAG_PUSH_HEADER, push.TAG_PUSH_FIRST, push.TAG_PUSH_FIRST + 1]
-        assert not lanes.push(key, "ipc:///c")  # the first is not received yet
-        assert lanes.count_armed("ipc:///c") == push.MAX_ARMED == 1
-        group.received.set()  # the consumer received it: let go
+        assert lanes.push(key, "ipc:///c", limit=1)
+        # the notice, then its tensors (on its key's tags)
+        assert group.sent == [push.TAG_PUSH_HEADER, push.tensor_tag(tag, 0),
+                              push.tensor_tag(tag, 1)]
+        assert not lanes.push(key, "ipc:///c", limit=1)  # the first is not received yet
+        assert lanes.count_armed("ipc:///c") == 1
+        assert lanes.push(other, "ipc:///c", limit=2)
+        assert group.sent[-1] == push.tensor_tag(tag2, 0)
+        assert group.sent[-1] not in {push.tensor_tag(tag, i) for i in range(push.BLOCK)}
+        assert max(push.tensor_tag(push.PUSH_TAGS - 1, i) for i in range(push.BLOCK)) < 2**31
+        group.received.set()  # the consumer received them: let go
         assert _wait(lambda: lanes.count_armed("ipc:///c") == 0)
         assert lanes.push(key, "ipc:///c")
         assert not lanes.push("cd" * 16, "ipc:///c")  # a key not kept here
@@ -62,6 +72,7 @@ def test_one_unreceived_push_per_pair_then_refused_until_received():
         assert not lanes.push(key, "ipc:///c")  # the pair ended
     finally:
         p.KEPT.drop(key)
+        p.KEPT.drop(other)
 
 
 class _Refusal:

@@ -18,15 +18,21 @@ def _packed(obj: object) -> Value:
 
 def test_a_descriptors_value_names_its_key_and_producer(monkeypatch):
     monkeypatch.setattr(push, "ENABLED", True)
-    state = {"key": KEY, "push": push.marker(KEY, "ipc:///tmp/zmesh-x/worker-1")}
+    state = {"key": KEY, "push": push.marker(KEY, "ipc:///tmp/zmesh-x/worker-1", 7,
+                                             (4096, 8) + (1 << 40,) * 14)}
     value = _packed(Transported(state))
-    found = push.scan([_packed(1), value])
+    found = push.scan([_packed(1), value, value])  # (a key twice in a call: pushed once)
     assert [f[:3] for f in found] == [(KEY, "ipc:///tmp/zmesh-x/worker-1", 1)]
     # the caller that orders the push flags it in the copy it sends: the reader waits for it
     args = push.flagged(Args(data=b"", refs=[_packed(1), value]), found)
     flag = found[0][3]
     assert value.data[flag] == 0 and args.refs[1].data[flag] == 1
     assert len(args.refs[1].data) == len(value.data) and args.refs[0] == _packed(1)
+    # the callee finds the flagged ones as the call comes in: the tag and sizes to post
+    assert push.flagged_markers(Args(data=b"", refs=[value])) == []
+    (mark,) = push.flagged_markers(args)
+    assert (mark.key, mark.tag, mark.sizes, mark.address) == (
+        KEY, 7, [4096, 8] + [1 << 40] * 14, "ipc:///tmp/zmesh-x/worker-1")
     mark = push.marker(KEY, "ipc:///p")
     assert not push.was_pushed(mark)
     assert push.was_pushed(mark[:flag - value.data.find(push.MAGIC)] + b"\x01" + mark[
@@ -36,17 +42,17 @@ def test_a_descriptors_value_names_its_key_and_producer(monkeypatch):
 def test_other_values_name_nothing(monkeypatch):
     monkeypatch.setattr(push, "ENABLED", True)
     broken = push.MAGIC + b"zz"  # cut short
-    bad_key = push.marker("not a hex key!!" + "x" * 17, "ipc:///a")
+    bad_key = push.marker("not a hex key!!" + "x" * 17, "ipc:///a", 0, (16,))
     assert push.scan([_packed([1, 2, 3]), _packed({"a": b"b"}), Value(data=b""),
                       _packed(broken), _packed(bad_key),
-                      Value(data=bytes(push.marker(KEY, "ipc:///a")), is_error=True)]) == []
-    big = _packed(b"x" * push.SCAN_LIMIT + push.marker(KEY, "ipc:///a"))
+                      Value(data=bytes(push.marker(KEY, "ipc:///a", 0, (16,))), is_error=True)]) == []
+    big = _packed(b"x" * push.SCAN_LIMIT + push.marker(KEY, "ipc:///a", 0, (16,)))
     assert push.scan([big]) == []  # too large to be a descriptor: not searched
 
 
 def test_off_by_default_no_descriptor_is_named(monkeypatch):
     monkeypatch.setattr(push, "ENABLED", False)
-    state = {"key": KEY, "push": push.marker(KEY, "ipc:///p")}
+    state = {"key": KEY, "push": push.marker(KEY, "ipc:///p", 0, (16,))}
     assert push.scan([_packed(Transported(state))]) == []
 
 
@@ -78,7 +84,7 @@ def test_user_bytes_that_hold_a_marker_are_never_flagged(monkeypatch):
     assert push.scan(users) == []
     # a descriptor whose result holds such bytes (its skeleton): only its own marker counts
     state = {"key": KEY, "skeleton": {"blob": b"x" + lookalike}, "push": push.marker(
-        KEY, "ipc:///p")}
+        KEY, "ipc:///p", 3, (16,))}
     value = _packed(Transported(state))
     found = push.scan([value])
     assert [f[:3] for f in found] == [(KEY, "ipc:///p", 0)]

@@ -130,8 +130,8 @@ class ActorCaller:
                         continue
                     if call.pushes:  # their producers start sending to the callee now,
                         worker = self._worker_of.get(action.address, action.address)
-                        ordered = tensor_push.order(  # and it waits for them (its loop
-                            self.client, worker, call.pushes, on_loop)  # takes them)
+                        ordered = tensor_push.order(  # and it posts their receives as the
+                            self.client, worker, call.pushes, on_loop)  # call comes in
                         call.args = tensor_push.flagged(call.args, ordered)
                         call.pushes = None
                     msg = self._message(call, action.seq)

@@ -41,6 +41,7 @@ from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
 from zmesh.runtime.worker.return_refs import ReturnRefs
+from zmesh.tensor_transport import push as tensor_push
 
 if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
@@ -138,6 +139,10 @@ class Executor:
                 loop.call_soon(loop.call_later, FORGOTTEN_GRACE_S,
                                functools.partial(self._answer_forgotten, msg))
             return []
+        if msg.args.refs and tensor_push.flagged_markers(msg.args):
+            from zmesh.tensor_transport.consumer import receive_early
+
+            receive_early(msg.args)  # its pushes' data moves while the call waits its turn
         calls = self.mailbox.deliver(msg.caller, msg.seq, msg)
         for call in calls:
             self.replies.expect(call.task_id)
