@@ -427,9 +427,11 @@ def leftovers(mesh: SimMesh) -> list[str]:
         if not n.alive:
             continue
         node = n.node
-        stored = node.store.stats().num_objects
-        if stored:
-            out.append(f"{name} stores {stored} objects")
+        stats = node.store.stats()
+        if stats.num_objects:
+            out.append(f"{name} stores {stats.num_objects} objects")
+        if stats.num_pinned:  # (a freed object stays while pinned: not in num_objects)
+            out.append(f"{name} keeps {stats.num_pinned} objects pinned")
         if node.leases:
             out.append(f"{name} has {len(node.leases)} leases: " + ", ".join(
                 f"{le.name} of {le.owner} ({'granted' if le.worker else 'remote' if le.remote else 'waiting'})"

@@ -13,6 +13,7 @@ from runtime_program import leftovers, run_schedule
 
 import zmesh
 from zmesh.errors import ZmeshError
+from zmesh.protocol.messages import runtime as m
 from zmesh.testing import sim_mesh
 from zmesh.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -22,6 +23,12 @@ def _on(mesh: Any, name: str) -> NodeAffinitySchedulingStrategy:
 
 
 def _stored(mesh: Any, name: str) -> int:
+    """Objects the node's store keeps: live ones and freed ones still pinned."""
+    stats = mesh.nodes[name].node.store.stats()
+    return int(stats.num_objects + stats.num_pinned)
+
+
+def _live(mesh: Any, name: str) -> int:
     return int(mesh.nodes[name].node.store.stats().num_objects)
 
 
@@ -50,12 +57,12 @@ def test_a_copy_pulled_from_an_owner_whose_node_dies_is_freed() -> None:
         maker = BigMaker.options(scheduling_strategy=_on(mesh, "n2")).remote()
         [ref] = zmesh.get(maker.make.remote(), timeout=30)
         assert int(zmesh.get(ref, timeout=30).sum()) == 199_999 * 200_000 // 2
-        assert _stored(mesh, "n0") == 1
+        assert _live(mesh, "n0") == 1
         mesh.pause_node("n2")  # the owner hears nothing more: its free never comes
         del ref
         gc.collect()
         mesh.advance(0.5)
-        assert _stored(mesh, "n0") == 1
+        assert _live(mesh, "n0") == 1
         mesh.kill_node("n2")
         assert mesh.run_until(lambda: _stored(mesh, "n0") == 0, 30.0), leftovers(mesh)
         del maker
@@ -70,14 +77,14 @@ def test_a_copy_pulled_from_a_dead_holder_is_freed_by_its_live_owner() -> None:
         ref = make_big.options(scheduling_strategy=_on(mesh, "n2")).remote()
         assert zmesh.get(total.options(scheduling_strategy=_on(mesh, "n1")).remote(ref),
                          timeout=30) == 199_999 * 200_000 // 2
-        assert _stored(mesh, "n1") == 1
+        assert _live(mesh, "n1") == 1
         mesh.kill_node("n2")
         mesh.advance(15.0)  # every node takes n2 for dead
         try:
             zmesh.get(ref, timeout=5)  # lost with n2 (n0 has no copy)
         except ZmeshError:
             pass
-        assert _stored(mesh, "n1") == 1  # the owner still holds the ref
+        assert _live(mesh, "n1") == 1  # the owner still holds the ref
         del ref
         gc.collect()
         assert mesh.run_until(lambda: _stored(mesh, "n1") == 0, 30.0), leftovers(mesh)
@@ -140,3 +147,21 @@ _LATE_ALLOC_STEPS: list[tuple[Any, ...]] = [
 def test_a_late_allocation_from_a_killed_writer_stores_nothing() -> None:
     violations, mesh = run_schedule(_LATE_ALLOC_SEED, _LATE_ALLOC_STEPS)
     assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
+
+
+def test_a_late_pin_from_a_reader_the_node_released_keeps_nothing() -> None:
+    # A PinObject that comes after its reader was released (killed while the request was
+    # held back) used to pin the object for a process nobody would ask to give it back:
+    # freed by its owner, it stayed stored, pinned, for good.
+    with sim_mesh(nodes=2, seed=3) as mesh:
+        ref = zmesh.put(np.arange(200_000))
+        oid = ref.id
+        node = mesh.nodes["n0"].node
+        ghost = "sim://n0/w-gone"
+        assert ghost not in node.clients
+        node.loop.call_soon(node.objects.on_pin, ghost, m.PinObject(
+            request_id=1, object_id=oid, client=ghost), [])
+        mesh.advance(0.5)
+        del ref
+        gc.collect()
+        assert mesh.run_until(lambda: _stored(mesh, "n0") == 0, 30.0), leftovers(mesh)

@@ -93,7 +93,14 @@ class NodeObjects:
         self.node.room.when_room(lambda final: self._try_pin(sender, msg, final))
 
     def _try_pin(self, sender: str, msg: m.PinObject, final: bool) -> bool:
-        """Pin and answer (True), or False when there is no room yet and not `final`."""
+        """Pin and answer (True), or False when there is no room yet and not `final`. A
+        reader this node already released (its request came late) pins nothing: nobody
+        would give that pin back, and the object would stay for good."""
+        if msg.client not in self.node.clients:
+            self._refuse(sender, msg, ObjectLostError(
+                f"object {msg.object_id.hex()} not pinned: its reader {msg.client} is not a "
+                f"live process of node {self.node.node_id}"))
+            return True
         try:
             loc = self.node.store.pin(msg.object_id, msg.client)
         except Exception as exc:
