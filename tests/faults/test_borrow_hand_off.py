@@ -345,6 +345,40 @@ def test_a_lost_worker_exit_reaches_the_owner_through_the_origin() -> None:
     assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
 
 
+# Found by the same loop: n0 took n1 for dead (paused), told the driver its hand_on lease's
+# worker on n1 exited, and the driver ran hand_on again elsewhere. n1, alive, granted the
+# lease again; n0 (which gave it up) and the driver gave it back plainly, and n1 made the
+# worker idle while it still ran the abandoned hand_on, then granted it to that hand_on's own
+# nested make_big: a lease and two objects left for good. Such returns now stop the worker.
+_STALE_GRANT_SEED = 1672984134
+_STALE_GRANT_STEPS: list[tuple[Any, ...]] = [
+    ('pause', 'n2', 0.2),
+    ('hand_on', 35),
+    ('hand_on', 37),
+    ('forget', 88),
+    ('forget', 21),
+    ('pause', 'n1', 1.0),
+    ('hand_on', 11),
+    ('hand_on', 40),
+    ('hand_on', 30),
+    ('advance', 0.01),
+    ('hand_on', 11),
+    ('kill_node', 'n2'),
+    ('forget', 18),
+    ('link', 0.0, 0.1, 0.3, 0.1, 1.0),
+    ('forget', 13),
+    ('forget', 99),
+    ('kill_node', 'n2'),
+    ('kill_worker',),
+    ('hand_on', 30),
+    ('get', 47)]
+
+
+def test_a_lease_given_up_and_granted_again_does_not_reuse_its_busy_worker() -> None:
+    violations, mesh = run_schedule(_STALE_GRANT_SEED, _STALE_GRANT_STEPS)
+    assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"
+
+
 @zmesh.remote
 def fetch_items(maker: Any, n: int) -> Any:
     for v in range(n):  # each item a ref it borrows (the maker owns it)

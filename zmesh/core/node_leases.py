@@ -174,8 +174,12 @@ class NodeLeases(PoolRules):
                 lease = self.leases.get(event.lease_id)
                 if lease is None and event.granted:
                     # We keep a record of every lease we forwarded until its owner returns
-                    # it: none means it was returned (that word was lost) or given up.
-                    return [ReturnToRemote(event.lease_id, event.sender, False, False)]
+                    # it: none means it was returned (that word was lost) or given up. Given
+                    # up (we took its holder for dead and told the owner its worker exited),
+                    # the worker may still run a task the owner retried elsewhere: it stops,
+                    # as a dead owner's does (given back idle, its node granted it again while
+                    # busy, once to that task's own nested call: a lease leaked for good).
+                    return [ReturnToRemote(event.lease_id, event.sender, True, False)]
                 if lease is None or not lease.remote:
                     return []
                 if event.granted:

@@ -201,9 +201,14 @@ class TaskOwner(TaskOwnerFastPaths):
     def _granted(self, e: LeaseGranted, out: list[Action]) -> None:
         if e.lease_id in self.leases:
             return  # a copy of a grant taken already (sent again, or duplicated on the way)
-        key = None if e.lease_id in self.exited else self.requests.pop(e.request_id, None)
+        stale = e.lease_id in self.exited
+        key = None if stale else self.requests.pop(e.request_id, None)
         if key is None:  # no longer wanted, or its worker was reported exited
-            out.append(ReturnLease(e.lease_id, False, e.sender))
+            # A grant of a lease whose worker we were told exited (sent again by its holder,
+            # which took none of it for dead): that worker may still run a task we ran there
+            # and retried elsewhere. Given back plainly, its node made it idle and granted it
+            # again, busy (once to that very task's nested call: a lease leaked for good).
+            out.append(ReturnLease(e.lease_id, False, e.sender, stop=stale))
             return
         q = self.queues[key]
         q.requesting -= 1
@@ -218,6 +223,8 @@ class TaskOwner(TaskOwnerFastPaths):
     def _worker_exited(self, e: WorkerExited, out: list[Action]) -> None:
         lid, reason = e.lease_id, e.reason
         lease = self.leases.pop(lid, None)
+        if lease is not None:
+            self.note_exited(lid)  # (a grant of it sent again later is given back, stopped)
         if lease is None:
             # Before its grant: the node that forwarded the request took the holder for dead
             # and placed it again, or the grant was lost on its way here and its worker died.

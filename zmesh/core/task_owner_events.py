@@ -135,11 +135,14 @@ class RequestLease(msgspec.Struct):
 
 
 class ReturnLease(msgspec.Struct):
-    """Give the lease back to `to` ("": our own node); `retire`: its worker is spent."""
+    """Give the lease back to `to` ("": our own node); `retire`: its worker is spent;
+    `stop`: its worker may still run a task of ours that we gave up on (we were told it
+    exited): the node stops it, as for a dead owner's lease, rather than reuse it."""
 
     lease_id: bytes
     retire: bool = False
     to: str = ""
+    stop: bool = False
 
 
 class ArmIdle(msgspec.Struct):

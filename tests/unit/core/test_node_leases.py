@@ -349,7 +349,7 @@ def test_a_holder_announces_a_forwarded_lease_until_its_origin_no_longer_has_it(
     assert ev.Grant(b"L1", OWNERS[0], 1, b"w1", (), "tcp://n0") in sweep
     origin = Harness()  # it has no record of L1 (the owner returned it)
     assert origin.core.handle(ev.RemoteLeaseState(b"L1", "tcp://n1", granted=True)) == [
-        ev.ReturnToRemote(b"L1", "tcp://n1", False, False)]
+        ev.ReturnToRemote(b"L1", "tcp://n1", True, False)]
     h.feed(ev.LeaseReturned(b"L1"))
     assert h.core.handle(ev.Timer(lease_records.SWEEP_KEY)) == [] and not h.core.sweeping
     assert h.sched.available() == TOTAL

@@ -168,7 +168,7 @@ def test_a_grant_that_comes_after_its_worker_was_reported_exited_is_given_back()
     rid = next(a.request_id for a in out if isinstance(a, RequestLease))
     assert core.handle(WorkerExited(b"L", "its node died")) == []
     assert core.handle(LeaseGranted(rid, b"L", "w", "n1", True)) == [
-        ReturnLease(b"L", False, "n1")]
+        ReturnLease(b"L", False, "n1", stop=True)]
     out = core.handle(LeaseGranted(rid, b"M", "w2", "n2", True))  # the request placed again
     assert sends(out) == [b"t"]
     core.validate()
@@ -189,12 +189,29 @@ def test_a_request_whose_grant_never_came_and_whose_worker_died_is_asked_again()
     assert len(again) == 1 and again[0].request_id != rid
     core.validate()
     assert core.handle(LeaseGranted(rid, b"L", "w", "n1", True)) == [
-        ReturnLease(b"L", False, "n1")]
+        ReturnLease(b"L", False, "n1", stop=True)]
     out = core.handle(LeaseGranted(again[0].request_id, b"M", "w2", "n1", True))
     assert sends(out) == [b"t"]
     core.validate()
     # an exit naming a request no longer waited for (granted, or asked again) changes nothing
     assert core.handle(WorkerExited(b"N", "killed", rid)) == []
+    core.validate()
+
+
+def test_a_grant_sent_again_for_a_lease_whose_worker_exited_under_our_task_stops_it() -> None:
+    # Random hand_on schedule (seed 1672984134): we ran a task on a lease, were told its
+    # worker exited (its holder node was taken for dead, wrongly) and retried the task
+    # elsewhere; the holder, alive, granted the lease again. Given back plainly, the holder
+    # made the worker idle while it still ran our abandoned task, and granted it again. It
+    # is given back to be stopped now.
+    core = TaskOwner()
+    out = core.handle(Submit(b"t", KEY, 3))
+    rid = next(a.request_id for a in out if isinstance(a, RequestLease))
+    assert sends(core.handle(LeaseGranted(rid, b"L", "w", "n1", True))) == [b"t"]
+    again = core.handle(WorkerExited(b"L", "its node died", rid))
+    assert [a for a in again if isinstance(a, RequestLease)]  # the task goes elsewhere
+    assert core.handle(LeaseGranted(rid, b"L", "w", "n1", True)) == [
+        ReturnLease(b"L", False, "n1", stop=True)]
     core.validate()
 
 

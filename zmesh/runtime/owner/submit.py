@@ -348,10 +348,10 @@ task of that function (`_fn_known`).
                     loop.send(self.client.node_address, m.RequestLease(
                         request_id=rid, owner=self.client.address, resources=shape.resources,
                         name=shape.name, strategy=shape.strategy, labels=shape.labels))
-                case ReturnLease(lid, retire, to):
+                case ReturnLease(lid, retire, to, stop):
                     self._gpu_env.pop(lid, None)
                     loop.send(to or self.client.node_address,
-                              m.ReturnLease(lease_id=lid, retire=retire))
+                              m.ReturnLease(lease_id=lid, owner_died=stop, retire=retire))
                 case ArmIdle(lid, stamp):
                     loop.call_later(IDLE_LEASE_S, functools.partial(self._idle, lid, stamp))
                 case Complete(tid):
