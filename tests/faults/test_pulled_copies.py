@@ -90,6 +90,24 @@ def test_a_copy_pulled_from_a_dead_holder_is_freed_by_its_live_owner() -> None:
         assert mesh.run_until(lambda: _stored(mesh, "n1") == 0, 30.0), leftovers(mesh)
 
 
+def test_a_free_the_holder_died_before_handling_still_reaches_the_copies() -> None:
+    # As above, but the driver drops the ref while n2 is paused and still taken for live:
+    # n0 forwards the free to n2, which dies with it unhandled. n0 remembers the frees it
+    # forwarded lately and sends them to every live node once n2 is found dead; before, n1
+    # kept its copy for good.
+    with sim_mesh(nodes=3, seed=4) as mesh:
+        ref = make_big.options(scheduling_strategy=_on(mesh, "n2")).remote()
+        assert zmesh.get(total.options(scheduling_strategy=_on(mesh, "n1")).remote(ref),
+                         timeout=30) == 199_999 * 200_000 // 2
+        assert _live(mesh, "n1") == 1
+        mesh.pause_node("n2")
+        del ref
+        gc.collect()
+        mesh.advance(0.2)  # the free went to n2, which handles nothing
+        mesh.kill_node("n2")
+        assert mesh.run_until(lambda: _stored(mesh, "n1") == 0, 30.0), leftovers(mesh)
+
+
 # Found by random hand_on schedules (seed 2195 of the mix in test_borrow_hand_off, steps
 # shrunk by hand): a ref owned by a worker on n2 was handed on to the driver, which read it
 # (a copy pulled to n0, kept by the driver's idle pin); n2 was killed, the owner with it,

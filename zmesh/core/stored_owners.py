@@ -13,7 +13,15 @@ node's local prefix, as readers judge it on NodeDied). Sans-IO: the node's shell
 
 from __future__ import annotations
 
-__all__ = ["StoredOwners"]
+from collections import deque
+
+__all__ = ["RecentFrees", "StoredOwners"]
+
+FREES_KEPT_S = 60.0
+"""How long a node remembers a free it forwarded to a holder: longer than the mesh takes to
+find a dead node, so a free the holder died before handling is sent on when it is found."""
+FREES_KEPT_MAX = 4096
+"""The most object ids remembered per holder (the oldest go first)."""
 
 
 class StoredOwners:
@@ -78,3 +86,28 @@ class StoredOwners:
 
     def __len__(self) -> int:
         return len(self._owner_of)
+
+
+class RecentFrees:
+    """The frees a node forwarded to other nodes (the holders of the primary copies), kept a
+    while: a holder that dies before it handles one frees neither its copy nor the copies
+    it let other nodes pull, and only it knew where those are; so when it is found dead the
+    node sends those frees to every live node (a node with no copy ignores them)."""
+
+    def __init__(self, kept_s: float = FREES_KEPT_S, kept_max: int = FREES_KEPT_MAX) -> None:
+        self._kept_s = kept_s
+        self._sent: dict[str, deque[tuple[float, bytes]]] = {}
+        self._max = kept_max
+
+    def sent(self, holder: str, object_ids: list[bytes], now: float) -> None:
+        q = self._sent.get(holder)
+        if q is None:
+            q = self._sent[holder] = deque(maxlen=self._max)
+        while q and q[0][0] < now - self._kept_s:
+            q.popleft()
+        q.extend((now, oid) for oid in object_ids)
+
+    def holder_died(self, holder: str, now: float) -> list[bytes]:
+        """The frees sent to `holder` lately, which it may never have handled."""
+        q = self._sent.pop(holder, None)
+        return [oid for t, oid in q if t >= now - self._kept_s] if q else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zmesh.core.stored_owners import StoredOwners
+from zmesh.core.stored_owners import RecentFrees, StoredOwners
 
 A, B = b"a" * 20, b"b" * 20
 
@@ -65,3 +65,14 @@ def test_the_maps_agree_and_every_noted_object_is_freed_once(
             model = {k: v for k, v in model.items() if k not in gone}
         o.validate()
         assert {k: o.owner_of(k) for k in model} == model and len(o) == len(model)
+
+
+def test_recent_frees_give_back_what_a_dead_holder_was_sent_lately_once() -> None:
+    r = RecentFrees(kept_s=10.0, kept_max=3)
+    r.sent("n2", [A], now=0.0)
+    r.sent("n2", [B], now=5.0)
+    r.sent("n1", [b"c" * 20], now=5.0)
+    assert r.holder_died("n2", now=12.0) == [B]  # A was sent too long ago
+    assert r.holder_died("n2", now=12.0) == []
+    r.sent("n1", [A, B, b"d" * 20], now=6.0)  # at most 3 kept: the oldest goes
+    assert r.holder_died("n1", now=6.0) == [A, B, b"d" * 20]

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from zmesh.core.stored_owners import StoredOwners
+from zmesh.core.stored_owners import RecentFrees, StoredOwners
 from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.transfer import ChunkRequest, LocalReadRequest
@@ -52,6 +52,7 @@ class NodeObjects:
         # Objects stored here (allocated or pulled) by owner, so that an owner's death frees
         # them (nobody else would: the owner's FreeObjects is what frees an object).
         self.owners = StoredOwners()
+        self.recent_frees = RecentFrees()  # forwarded to holders: sent on if one dies
 
     def register(self, loop: EventLoop) -> None:
         self.transfer.register(loop, handle_free=False)
@@ -173,6 +174,7 @@ class NodeObjects:
             address = self._address_of(msg.node)
             if address is not None:
                 self.node.loop.send(address, m.FreeObjects(object_ids=list(msg.object_ids)))
+                self.recent_frees.sent(msg.node, list(msg.object_ids), self.node.loop.clock())
             else:
                 # A dead holder took its primary copy with it, and its list of the nodes
                 # that pulled copies: the owner still frees those, so every live node hears
@@ -204,6 +206,10 @@ class NodeObjects:
         # lived there will never be freed by it: free it now (its readers give their pins
         # back when asked, and fail to read it anyway: its owner died).
         self._free_orphans(self.owners.node_died(address, _owner_prefix(died.ipc_dir)))
+        # Frees sent to it lately may have died with it, and only it knew who pulled copies.
+        late = self.recent_frees.holder_died(node_id, self.node.loop.clock())
+        if late:
+            self._free_everywhere(late)
 
     def close(self) -> None:
         self.transfer.close()
