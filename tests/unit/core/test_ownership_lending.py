@@ -148,6 +148,11 @@ class Mesh:
         kind = msg[0]
         if kind == "result":
             _, outer, token = msg
+            if src in self.false_dead and self.freed:  # a ref handed on by one taken for
+                # dead after its owner freed X (its note came after the free: nothing to
+                # keep): the owner answers every read of it with ObjectLostError, like the
+                # lender's own; the taker holds a lost ref, not a freed value
+                self.lost.add(dst)
             self.handle(dst, TakeReturned(outer, (X,), OWNER, src, token))
             self.values.add((dst, outer))
         elif kind == "handoff":
@@ -637,6 +642,9 @@ def run_steps(steps: list[Any]) -> Mesh:
 # let go of its own ref)
 @example([("ret", 0, 1, False), ("false_kill", 1), ("deliver", 1), ("deliver", 2),
           ("drop_local", 0), ("settle",)])
+# a ref that a lender taken for dead hands on after the owner freed X (found by CI at
+# c326ca3): the taker's reads fail, as the lender's do
+@example([("drop_local", 0), ("false_kill", 0), ("ret", 0, 2, False), ("false_kill", 1)])
 def test_no_interleaving_frees_a_held_object_and_everything_goes_at_the_end(steps: list[Any]
                                                                             ) -> None:
     run_steps(steps).wind_down()
