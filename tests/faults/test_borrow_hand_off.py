@@ -576,3 +576,35 @@ def test_a_borrower_taken_for_dead_that_lives_on_reads_a_clear_error() -> None:
         del x, call
         gc.collect()
         assert mesh.run_until(lambda: oid not in driver.entries, 30.0)
+
+
+# Found by random `hand_on` schedules (seeds 269 and 280536 of a seed loop): every
+# `HandOffBorrow` was lost on its way to the owner while its lender lived, so nothing asked
+# the caller again and the owner kept the object for it (lent=1) until the caller died.
+_LOST_HAND_OFF_SEED = 269
+_LOST_HAND_OFF_STEPS: list[tuple[Any, ...]] = [
+    ('advance', 3.0),
+    ('link_kinds', ['HandOffBorrow'], 0.0, 1.0, 0.0, 1.0),
+    ('kill_worker',),
+    ('forget', 0),
+    ('kill_worker',),
+    ('link', 0.05, 0.1, 0.0, 0.1, 5.0),
+    ('link_kinds', ['HandOffBorrow'], 0.0, 1.0, 0.0, 1.0),
+    ('pause', 'n0', 1.0),
+    ('kill_worker',),
+    ('hand_on', 1),
+    ('hand_on', 0),
+    ('hand_on', 2),
+    ('pause', 'n0', 1.0),
+    ('hand_on', 0),
+    ('hand_on', 2),
+    ('kill_worker',),
+    ('get', 33),
+    ('hand_on', 11),
+    ('pause', 'n0', 5.0),
+    ('advance', 0.01)]
+
+
+def test_a_hand_off_lost_while_its_lender_lives_leaks_nothing() -> None:
+    violations, mesh = run_schedule(_LOST_HAND_OFF_SEED, _LOST_HAND_OFF_STEPS)
+    assert not violations, "\n".join(violations) + f"\nstory:\n{mesh.story(80)}"

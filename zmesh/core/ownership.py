@@ -110,6 +110,7 @@ class Ownership(LendingRules):
         self.gone_prefixes: set[str] = set()  # ... and every one under these ipc prefixes
         self.reading: set[bytes] = set()
         self.settled_notes: OrderedDict[bytes, None] = OrderedDict()
+        self.noted_ticks: dict[bytes, int] = {}
         # actor id -> the refs held (counted as submitted) for its constructor's arguments
         self.held_args: dict[bytes, tuple[bytes, ...]] = {}
         self._seq = 0

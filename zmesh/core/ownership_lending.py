@@ -44,9 +44,14 @@ from zmesh.core.ownership_events import (
 if TYPE_CHECKING:
     from zmesh.core.ownership import Record
 
-__all__ = ["SETTLED_NOTES", "LendingRules"]
+__all__ = ["LIVE_LENDER_TICKS", "SETTLED_NOTES", "LendingRules"]
 
 SETTLED_NOTES = 4096  # settled noted lends an owner remembers (repeated notes of them are ignored)
+# `AskAgain` ticks (2 s each at the owner) a noted lend whose lender lives stays open before
+# its borrower is asked to settle it (its `HandOffBorrow` may have been lost): long past the
+# lender's answer in any but a stalled process (an answer that comes after the ask, a
+# refusal, may find its objects freed: its refs are lost, never a freed value held)
+LIVE_LENDER_TICKS = 15
 
 
 class LendingRules:
@@ -68,6 +73,8 @@ class LendingRules:
     # SETTLED_NOTES): a note of one that comes again (a resend overtaken by the hand-off)
     # is acknowledged and kept no more
     settled_notes: OrderedDict[bytes, None]
+    # (at an owner) token -> the `AskAgain` ticks an open noted lend whose lender lives saw
+    noted_ticks: dict[bytes, int]
     _seq: int  # the number of our latest note
     gone: set[str]  # processes whose death we handled (their addresses)
     gone_prefixes: set[str]  # ... and every process with ipc sockets under these
@@ -321,13 +328,27 @@ class LendingRules:
         """Ask again every borrower of a noted lend whose lender died (the lends a
         `BorrowerGone` asked about that are still open): the ask or its answer may have
         been lost; a borrower answers a repeated ask as the first (a repeated take holds
-        as much as it releases later; a refusal leaves out what it still holds)."""
+        as much as it releases later; a refusal leaves out what it still holds). A lend
+        whose lender lives is asked about once it stayed open `LIVE_LENDER_TICKS` asks:
+        the borrower's `HandOffBorrow` may have been lost, and nothing else would end it
+        before the borrower died."""
         for token, (lender, where, _) in sorted(self.noted.items()):
             borrower = self.lends[token][0]
-            if self._is_gone(lender) and borrower != self.address:
-                ids = tuple(sorted(where))
-                out.append(AskBorrower(borrower, token, ids, tuple(where[i] for i in ids),
-                                       lender))
+            if borrower == self.address:
+                continue
+            if not self._is_gone(lender):
+                ticks = self.noted_ticks.get(token, 0) + 1
+                self.noted_ticks[token] = ticks
+                if ticks < LIVE_LENDER_TICKS:
+                    continue
+            ids = tuple(sorted(where))
+            out.append(AskBorrower(borrower, token, ids, tuple(where[i] for i in ids),
+                                   lender))
+
+    def asks_pending(self) -> bool:
+        """(At an owner) whether a noted lend is open: its shell keeps the `AskAgain` timer
+        running while one is (a live lender's lend is asked about only after a while)."""
+        return bool(self.noted)
 
     # -- any ---------------------------------------------------------------------------------
     def _end_lend(self, token: bytes, object_ids: tuple[bytes, ...] | None,
@@ -349,6 +370,7 @@ class LendingRules:
                 self._maybe_free(oid, out)
         if not left:
             del self.lends[token]
+            self.noted_ticks.pop(token, None)
             if self.noted.pop(token, None) is not None:
                 self.settled_notes[token] = None
                 if len(self.settled_notes) > SETTLED_NOTES:
@@ -385,5 +407,7 @@ class LendingRules:
                 assert oid in self.lends[token][1], f"noted {oid.hex()} is not lent"
         for token, waiting in self.awaiting.items():
             assert waiting, f"answer {token.hex()} waits for nothing"
+        for token in self.noted_ticks:
+            assert token in self.noted, f"ticks of a settled lend {token.hex()}"
         for token in self.reading:
             assert token in self.awaiting and token in self.lends, f"a stale read {token.hex()}"

@@ -45,6 +45,7 @@ from zmesh.core.ownership import (
     SendAnswer,
     TakeReturned,
 )
+from zmesh.core.ownership_lending import LIVE_LENDER_TICKS
 
 X = b"x" * 4
 OWNER, C, W1, W2 = "owner", "caller", "w1", "w2"
@@ -60,7 +61,8 @@ class Mesh:
     -> borrower; ("remove", ids, borrower); ("gone", name) from "mem" (a death heard);
     ("task", tid, keep, outer) giver -> runner (X as an argument), ("task_done", tid,
     borrowed, outer or b"", token) back, ("failed", tid) from "mem" (the runner died).
-    An ask, or a hand-off answering one (tagged "asked"), may be lost; an ask or a hand-off
+    An ask, a hand-off answering one (tagged "asked") or one of a lend the owner keeps
+    (noted) may be lost; an ask or a hand-off
     may come twice; the owner asks again on its timer (`AskAgain`). ("ctor", key) giver
     -> runner: an actor `key` made with X as a constructor argument (the giver holds it,
     `HoldArgs`; the runner keeps a ref for the actor's life, registered nowhere; a restart
@@ -445,13 +447,17 @@ class Mesh:
         q = self.chan[key]
         if twice:
             q.insert(1, q[0])
-        elif q[0][0] == "ask" or q[0][-1] == "asked":
+        elif q[0][0] == "ask" or q[0][-1] == "asked" or (
+                q[0][0] == "handoff" and q[0][4] in self.cores[OWNER].noted):
+            # (a hand-off of a lend the owner keeps: it asks about it again in time, its
+            # lender alive or not)
             q.popleft()
             if not q:
                 del self.chan[key]
 
     def reask(self) -> None:
-        """The owner's timer: it asks again about dead lenders' open lends."""
+        """The owner's timer: it asks again about dead lenders' open lends (and about live
+        lenders' ones open for `LIVE_LENDER_TICKS` asks)."""
         self.handle(OWNER, AskAgain())
 
     def quiesce(self) -> None:
@@ -717,6 +723,26 @@ def test_the_owner_keeps_a_noted_lend_for_the_caller_until_it_settles_or_dies() 
     assert o.handle(RemoveLocal(X)) == []
     assert o.handle(HandedOff((X,), C, W1, b"v", False)) == [Free(X, OWNER, True, ())]
     assert not o.lends
+    o.validate()
+
+
+def test_a_hand_off_lost_while_its_lender_lives_is_asked_for_after_a_while() -> None:
+    # Before, only a dead lender's lends were asked about: a caller's `HandedOff` lost
+    # while the lender lived kept X for the caller until the caller died.
+    o = Ownership(OWNER)
+    o.handle(AddLocal(X, OWNER))
+    o.handle(BorrowNote(b"t", (X,), (b"r",), C, W1, 1))
+    o.handle(RemoveLocal(X))  # kept for the caller; its hand-off is lost
+    for _ in range(LIVE_LENDER_TICKS - 1):
+        assert o.handle(AskAgain()) == []  # (the lender's answer may still be on its way)
+    ask = AskBorrower(C, b"t", (X,), (b"r",), W1)
+    assert o.handle(AskAgain()) == [ask]
+    assert o.handle(AskAgain()) == [ask]  # (again while it is open)
+    assert o.handle(HandedOff((X,), C, W1, b"t", True)) == []  # (the lender holds nothing)
+    assert not o.lends and not o.noted and not o.noted_ticks
+    assert o.handle(HandedOff((X,), C, W1, b"t", True)) == [ReleaseLender(W1, b"t", (X,))]
+    assert o.records[X].borrowers == {C}  # (a repeated take registers C once)
+    assert o.handle(RemoveBorrower((X,), C)) == [Free(X, OWNER, True, ())]
     o.validate()
 
 

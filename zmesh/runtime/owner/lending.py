@@ -237,6 +237,10 @@ class Lending:
                         self._watch(token)
                 case AckNote(lender, token, seq, lost):
                     send(lender, m.BorrowNoted(token=token, seq=seq, lost=list(lost)))
+                    if threadsafe:  # (a lend kept for its borrower: asked about in time)
+                        loop.call_soon(self._arm_ask)
+                    else:
+                        self._arm_ask()
                 case LostBorrowed(oid, why):
                     self.client.objects.set_value(oid, values.encode_error(ObjectLostError(why)))
                 case AskBorrower(borrower, token, ids, outers, lender):
@@ -257,8 +261,8 @@ class Lending:
                     assert_never(action)
 
     def _arm_ask(self) -> None:
-        """(loop thread) We asked a borrower to settle: ask again in ASK_AGAIN_S while any
-        such lend is open (the core knows which)."""
+        """(loop thread) We asked a borrower to settle, or keep a lend for one: ask again in
+        ASK_AGAIN_S while any such lend is open (the core knows which)."""
         if not self._asking:
             self._asking = True
             self.client.loop.call_later(ASK_AGAIN_S, self._ask_again)
@@ -266,6 +270,10 @@ class Lending:
     def _ask_again(self) -> None:
         self._asking = False
         self.carry(self.client.objects.handle(AskAgain()))  # (its asks arm the next one)
+        with self.client.objects.lock:
+            pending = self.client.objects.core.asks_pending()
+        if pending:  # (a live lender's open lend is asked about only after a while)
+            self._arm_ask()
 
     def _release(self, token: bytes) -> None:
         with self.client.objects.lock:
