@@ -192,8 +192,10 @@ class ZmqEndpoint(Binding, Coalescing, Endpoint):
         dealer = self._peers.get(to)
         if dealer is None:
             dealer = self._connect(to)
-        elif to is not self._last_to and to != self._last_to:
-            self._touch(to)
+        elif to is not self._last_to and to != self._last_to:  # `_touch`, inline
+            self._last_to = to
+            self._peers.move_to_end(to)
+            self._used[to] = time.monotonic()
         cap = self.max_frame_size
         try:
             if len(frames) == 1:  # the common case, kept free of per-message allocations
@@ -247,8 +249,11 @@ class ZmqEndpoint(Binding, Coalescing, Endpoint):
         )
 
     def recv(self, timeout: float | None = None) -> tuple[str, list[Buffer]] | None:
-        if self._turn:
-            self._end_turn()
+        if self._turn:  # `_end_turn`, inline: this runs at every receive of the loop
+            if self._inbox and self._turn_recvs < zmq_batch.TURN_RECVS:
+                self._turn_recvs += 1
+            else:
+                self.flush()
             if self._held_back and timeout != 0 and not self._inbox:
                 timeout = self._await_room(timeout)
         if self._inbox:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Union, cast
 import msgspec
 
 from zmesh.errors import ProtocolError
+from zmesh.protocol import limits as _limits
 from zmesh.protocol import messages
 from zmesh.protocol.limits import Limits, default_limits
 from zmesh.protocol.messages.base import Message
@@ -171,7 +172,8 @@ def decode_small(frame: Buffer) -> Message | None:
     is a bytes frame within the header limit that decodes cleanly; None otherwise, and the
     caller then takes `safe_unpack`'s way, which says why it is refused. `unpack` less its
     checks of buffers, for receive loops (one call instead of three per message)."""
-    if type(frame) is not bytes or len(frame) > default_limits().max_header_bytes:
+    # (`limits._default` is what `default_limits()` returns: read here without the call)
+    if type(frame) is not bytes or len(frame) > _limits._default.max_header_bytes:
         return None
     decoder = _decoder if _decoder is not None else _get_decoder()
     try:

@@ -192,7 +192,11 @@ class EventLoop:
                         self._guard(fn, ())
                     now = time.monotonic()
                 if timers:
-                    timeout = self._timeout(timers[0][0] - now)
+                    # `_timeout`, its common case inline (the loop's every turn with a timer)
+                    remaining = timers[0][0] - now
+                    timeout = self._wait
+                    if not 0.0 <= timeout - remaining <= TIMER_SLACK_S:
+                        timeout = self._timeout(remaining)
             if calls or self._stopping:
                 continue
             if self._when_idle:  # a look at the inbox first: handle what waits there

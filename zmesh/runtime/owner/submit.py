@@ -317,7 +317,9 @@ task of that function (`_fn_known`).
         if not retry:
             sent = self.core.result_fast(msg.task_id)
             if sent is not False:
-                self._complete(task, sender, msg)
+                self._finish(task, msg.returns, failed=False)  # `_complete`, inline
+                if msg.contained:
+                    self.client.hold_returned(sender, task.return_ids(), msg.contained)
                 if sent is not True:
                     self._send(sent)
                 return
@@ -398,7 +400,11 @@ task of that function (`_fn_known`).
             self._held.setdefault(action.lease_id, []).append(action)  # behind those held
             return
         self._outbox.append((action.worker, self._execute(action, LOOP_CONNECTION)))
-        self._note_sent(action)
+        # `_note_sent`, inline (once per task sent from the loop)
+        self.resends.sent(action, self.client.loop.clock())
+        if not self._sweep_armed:
+            self._sweep_armed = True
+            self.client.loop.call_soon(self._arm_sweep)
 
     def _flush(self) -> None:
         """Send what `_send` and cancels queued, in order (loop thread, lock released)."""
