@@ -11,7 +11,7 @@ from pathlib import Path
 
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
-from zmesh.runtime.worker.actor_inbox import ActorInbox, inbox_address
+from zmesh.runtime.worker.actor_inbox import INBOX_ENV, ActorInbox, SpareInbox, inbox_address
 from zmesh.transports.zmq_transport import ZmqEndpoint
 
 DEADLINE_S = 30.0
@@ -101,3 +101,44 @@ def test_a_failed_endpoint_ends_serve_saying_why() -> None:
     why = ActorInbox(endpoint).serve(lambda sender, call: None)
     assert "the socket broke" in why and endpoint.address in why
     assert endpoint.closed
+
+
+def test_a_spare_is_claimed_once_and_an_unclaimed_one_leaves_no_socket_file(
+        tmp_path: Path) -> None:
+    worker = f"ipc://{tmp_path}/worker-1-ab.sock"
+    path = tmp_path / "worker-1-ab-calls.sock"
+    spare = SpareInbox(lambda: ActorInbox.open_beside(worker))
+    spare.prepare()
+    assert path.exists()
+    inbox = spare.claim()
+    assert inbox is not None and inbox.address == f"ipc://{path}"
+    assert spare.claim() is None  # taken: no second one
+    inbox.endpoint.close()
+    assert not path.exists()
+
+    unused = SpareInbox(lambda: ActorInbox.open_beside(worker))
+    unused.prepare()
+    unused.discard()  # the worker's first work was not a sync actor
+    assert not path.exists() and unused.claim() is None
+
+
+def test_a_spare_discarded_before_it_was_opened_is_never_opened(tmp_path: Path) -> None:
+    opened: list[str] = []
+
+    def open_() -> ActorInbox | None:
+        opened.append("x")
+        return ActorInbox.open_beside(f"ipc://{tmp_path}/worker-1-ab.sock")
+
+    spare = SpareInbox(open_)
+    spare.discard()  # the worker exits before its executor thread got to it
+    spare.prepare()
+    assert opened == [] and os.listdir(tmp_path) == []
+
+
+def test_a_spare_is_closed_when_the_actors_environment_turns_inboxes_off(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    spare = SpareInbox(lambda: ActorInbox.open_beside(f"ipc://{tmp_path}/worker-1-ab.sock"))
+    spare.prepare()
+    monkeypatch.setenv(INBOX_ENV, "0")  # runtime_env env_vars, applied after the spare opened
+    assert spare.claim() is None
+    assert os.listdir(tmp_path) == []

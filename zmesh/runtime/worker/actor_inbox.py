@@ -158,3 +158,57 @@ def _unlink_socket(address: str) -> None:
             os.unlink(path)
     except OSError:
         pass
+
+
+class SpareInbox:
+    """An inbox opened ahead of need, while the worker's executor thread waits for its first
+    work, so that a sync actor created on this worker announces "alive" without first
+    binding an endpoint (measured: 0.8 ms of a 4 ms create-and-first-call in the worker,
+    against 0.06 ms for the other actor kinds). A worker whose first work is anything else
+    closes it unused.
+
+    It is bound but unannounced: no caller knows its address until "alive" names it, and it
+    is an endpoint of the same transport with the same credentials as any other. Owned by
+    whichever thread takes it; `discard` may come from any thread (the worker exiting)."""
+
+    def __init__(self, open_: Callable[[], ActorInbox | None]) -> None:
+        self._open = open_
+        self._lock = threading.Lock()
+        self._inbox: ActorInbox | None = None
+        self._done = False  # taken or discarded: never opened (again)
+
+    def prepare(self) -> None:
+        """Open the spare (the executor thread, before its first work)."""
+        with self._lock:
+            if self._done:
+                return
+        inbox = self._open()
+        if inbox is None:
+            return
+        with self._lock:
+            if not self._done:
+                self._inbox, inbox = inbox, None
+        if inbox is not None:  # discarded meanwhile
+            inbox.endpoint.close()
+
+    def take(self) -> ActorInbox | None:
+        """The spare, now the caller's own (None if there is none); no more is opened."""
+        with self._lock:
+            self._done = True
+            inbox, self._inbox = self._inbox, None
+        return inbox
+
+    def claim(self) -> ActorInbox | None:
+        """The spare for the actor being created, unless its environment (runtime_env
+        env_vars, applied after the spare was opened) turned inboxes off: then closed."""
+        inbox = self.take()
+        if inbox is not None and os.environ.get(INBOX_ENV, "1") == "0":
+            inbox.endpoint.close()
+            return None
+        return inbox
+
+    def discard(self) -> None:
+        """Close the spare if nobody took it (its socket file goes with it)."""
+        inbox = self.take()
+        if inbox is not None:
+            inbox.endpoint.close()

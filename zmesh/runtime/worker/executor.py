@@ -36,7 +36,7 @@ from zmesh.runtime.owner.lending import lend_token
 from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.values import NONE_VALUE
 from zmesh.runtime.worker import events, logs, streaming
-from zmesh.runtime.worker.actor_inbox import ActorInbox
+from zmesh.runtime.worker.actor_inbox import ActorInbox, SpareInbox
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
@@ -90,6 +90,7 @@ class Executor:
         self._env_now: dict[str, str] | None = None
         self._prefix_of = ""  # the task name the log prefix was last set for
         self.inbox: ActorInbox | None = None  # a sync actor's own endpoint for its calls
+        self.spare = SpareInbox(self._open_inbox)  # opened before the first work comes
         self.thread = threading.Thread(target=self._run, name="zmesh-executor", daemon=True)
         loop = client.loop
         self.recent = RecentTasks()  # a task its owner sends again runs at most once
@@ -158,6 +159,7 @@ class Executor:
 
     def close(self) -> None:
         """Close the actor's inbox, if it has one (the worker is exiting; any thread)."""
+        self.spare.discard()
         if self.inbox is not None:
             self.inbox.stop()
 
@@ -202,6 +204,7 @@ class Executor:
 
     # -- executor thread -------------------------------------------------------------------
     def _run(self) -> None:
+        self.spare.prepare()  # off the critical path: a sync actor's "alive" need not wait
         while True:
             item = self.work.get()
             try:
@@ -211,12 +214,14 @@ class Executor:
                     self._call(item)
                 elif isinstance(item, m.CreateActor):
                     self._create_actor(item)
+                    self.spare.discard()  # (not a sync actor, or its __init__ raised)
                     if self.inbox is not None:  # its calls come there from now on
                         why = self.inbox.serve(self._on_inbox_call)
                         if why and not self.exited:  # none can come: its callers must
                             self._exit_actor(why)  # hear it is gone, not wait
             except (TaskCancelledError, TaskInterrupt):
                 pass  # the cancel landed after the task finished
+            self.spare.discard()  # not an actor's worker (its first work decides)
 
     def _function(self, fn_id: bytes, blob: bytes) -> Any:
         fn = self.functions.get(fn_id)
@@ -389,7 +394,7 @@ class Executor:
         elif spec.max_concurrency > 1 and self.groups is None:
             self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="zmesh-actor")
         elif self.groups is None and not spec.is_async:  # one call at a time, on this thread
-            self.inbox = self._open_inbox()
+            self.inbox = self.spare.claim() or self._open_inbox()
         client.loop.send_threadsafe(client.node_address, m.ActorState(
             actor_id=spec.actor_id, state="alive", address=client.address,
             class_name=spec.class_name, restarts=spec.restarts,
