@@ -12,8 +12,13 @@ def load(path: str) -> dict:
     return data["workloads"] if "workloads" in data else data["results"]
 
 
+def raw(path: str) -> float:
+    with open(path) as f:
+        return float(f.read().split()[1])
+
+
 runs = [(load(f"{s}/anchor-main-{i}.json"), load(f"{s}/anchor-d6-{i}.json"),
-         float(open(f"{s}/raw-{i}.txt").read().split()[1]))
+         raw(f"{s}/raw-{i}.txt"))
         for s in ("sitting2", "sitting3") for i in (1, 2, 3)]
 print(f"{'workload':22} {'median':>7} {'min':>6} {'max':>6}  below 0.95")
 for name in runs[0][0]:
