@@ -66,12 +66,18 @@ def create_node_store_dir(root: str, node_id: str) -> str:
             continue
     else:
         os.mkdir(path, mode=0o700)
+    write_owner_file(path)
+    return path
+
+
+def write_owner_file(path: str) -> None:
+    """Mark directory `path` as this process's (its pid and start time, written atomically),
+    so that a sweep can tell when its owner is dead."""
     pid = os.getpid()
     tmp = os.path.join(path, f".{OWNER_FILE}.tmp")
     with open(tmp, "w") as f:
         f.write(f"{pid} {process_start_time(pid)}\n")
     os.replace(tmp, os.path.join(path, OWNER_FILE))
-    return path
 
 
 def remove_node_store_dir(path: str) -> None:
@@ -95,6 +101,21 @@ def sweep_dead_stores(root: str | None = None) -> list[str]:
     for entry in entries:
         if entry.is_dir(follow_symlinks=False) and not _owner_alive(entry.path):
             remove_node_store_dir(entry.path)
+            removed.append(entry.path)
+    return sorted(removed)
+
+
+def sweep_dead_owned_dirs(base: str, prefix: str) -> list[str]:
+    """Remove the directories `<base>/<prefix>*` whose owner (`write_owner_file`) is dead:
+    what a process killed before its own cleanup left behind; returns them."""
+    try:
+        entries = [e for e in os.scandir(base) if e.name.startswith(prefix)]
+    except FileNotFoundError:
+        return []
+    removed = []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False) and not _owner_alive(entry.path):
+            shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
     return sorted(removed)
 

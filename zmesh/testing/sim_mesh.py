@@ -49,6 +49,7 @@ from zmesh.errors import ZmeshError
 from zmesh.runtime import context, ids
 from zmesh.runtime.node.server import Node
 from zmesh.runtime.owner.client import CoreClient
+from zmesh.store.sweep import sweep_dead_owned_dirs, write_owner_file
 from zmesh.testing.sim_kernel import Kernel, SimDeadlock, SimKilled, SimProcess
 from zmesh.testing.sim_net import LinkFaults, SimLoop, SimNetwork
 from zmesh.testing.sim_worker import SimWorkerPool
@@ -57,6 +58,8 @@ __all__ = ["LinkFaults", "SimDeadlock", "SimKilled", "SimMesh", "sim_mesh"]
 
 logger = logging.getLogger("zmesh.sim")
 
+SESSION_PREFIX = "zmesh-sim-"
+"""A simulated mesh's directory (stores, session files), in /dev/shm or $TMPDIR."""
 LOG_LIMIT = 2000
 
 
@@ -98,9 +101,12 @@ class SimMesh:
         self.stepper: Callable[[], int] | None = None  # set by a fault plan in steps
         self.log: list[tuple[float, str]] = []
         self._pids = itertools.count(1000)
-        # stores and session files of every node, removed at close (in RAM where there is some)
-        self._session = tempfile.mkdtemp(
-            prefix="zmesh-sim-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        # stores and session files of every node, removed at close (in RAM where there is
+        # some); those of meshes whose process was killed before its close go now
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        sweep_dead_owned_dirs(base, SESSION_PREFIX)
+        self._session = tempfile.mkdtemp(prefix=SESSION_PREFIX, dir=base)
+        write_owner_file(self._session)
         self._saved_client: Any = None
         self._started = False
 
@@ -182,6 +188,7 @@ class SimMesh:
     def close(self) -> None:
         """Every process vanishes; stores and temporary files are removed."""
         if not self._started:
+            shutil.rmtree(self._session, ignore_errors=True)
             return
         self._started = False
         try:
