@@ -556,7 +556,14 @@ def test_a_borrower_taken_for_dead_that_lives_on_reads_a_clear_error() -> None:
     # driver let go: then ObjectLostError 'was freed'), so whether a read worked depended
     # on others' refs. The owner now answers a process it took for dead with a clear error
     # from the moment it dropped it; the object goes with the driver's last ref.
+    # (A node that hears it was declared dead stops its workers, see
+    # test_false_node_death.py; the rule here covers what that leaves: a driver attached to
+    # such a node, and a worker's reads before its node heard. The fence is off here, so
+    # that the actor lives on to read.)
     with sim_mesh(nodes=2, seed=3) as mesh:
+        agent = mesh.nodes["n1"].node.mesh
+        assert agent is not None
+        agent.on_declared_dead = None
         reader = LateReader.options(scheduling_strategy=_on(mesh, "n1")).remote()
         x = zmesh.put(np.arange(50_000))
         never = [never_runs.remote()]

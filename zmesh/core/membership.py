@@ -108,6 +108,9 @@ class Membership:
         self._seeds: list[str] = []
         self._next_join = math.inf
         self._health = 0  # Lifeguard's local health penalty (see MembershipConfig)
+        # the incarnations at which someone declared us dead (each death is declared at one
+        # incarnation, and we refute past it): how many times we were taken for dead
+        self._deaths: set[int] = set()
 
     # -- public view ---------------------------------------------------------------------
     @property
@@ -120,6 +123,13 @@ class Membership:
         """Lifeguard's local health penalty: 0 when healthy; its probe period and ack
         timeout are (1 + this) times the configured ones."""
         return self._health
+
+    @property
+    def declared_dead(self) -> int:
+        """How many times a member declared this node dead (each death heard once, whatever
+        its incarnation: a death declared before a refutation reached the declarer still
+        happened). The shell fences what the others gave up on when this grows."""
+        return len(self._deaths)
 
     @property
     def metadata(self) -> Metadata:
@@ -376,6 +386,8 @@ class Membership:
             self._metadata = Metadata(theirs.version + 1, mine.resources, mine.labels)
             self._queue.push(self.address)
         state = MemberState(u.state)
+        if state is MemberState.DEAD and not self._left:
+            self._deaths.add(u.incarnation)
         if self._left:
             if u.incarnation > self._incarnation:
                 self._incarnation = u.incarnation

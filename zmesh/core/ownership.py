@@ -38,6 +38,7 @@ from zmesh.core.ownership_events import (
     Lend,
     LendDone,
     LostBorrowed,
+    NodeBack,
     NoteAcked,
     NoteBorrow,
     OwnerAnswered,
@@ -62,7 +63,7 @@ from zmesh.core.ownership_lending import LendingRules
 __all__ = [
     "AckNote", "AddBorrower", "AddLocal", "AddSubmitted", "AskAgain", "AskBorrower", "BorrowNote",
     "BorrowerGone", "Event", "Action", "Escaped", "Free", "FailBorrowed", "HandOff", "HandedOff",
-    "HoldArgs", "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "LostBorrowed", "NoteAcked", "NoteBorrow",
+    "HoldArgs", "HoldBorrowed", "HoldContained", "KeepBorrowed", "Lend", "LendDone", "LostBorrowed", "NodeBack", "NoteAcked", "NoteBorrow",
     "OwnerAnswered", "OwnerDied", "OwnerNodeDied", "Ownership", "ProbeOwner", "ProbeTimedOut",
     "ReadBorrowed", "ReadFailed", "RefuseBorrow", "ReleaseArgs", "ReleaseLender", "RemoveBorrower", "RemoveLocal",
     "RemoveSubmitted", "SendAnswer", "TakeReturned", "Verdict",
@@ -240,17 +241,26 @@ class Ownership(LendingRules):
 
     def _borrower_gone(self, e: BorrowerGone, out: list[Action]) -> None:
         address, prefix = e.address, e.prefix
+
+        def hit(a: str) -> bool:
+            return a == address or bool(prefix and a.startswith(prefix))
+
+        # every process we know of there, kept by address: the prefix goes if the node comes
+        # back (`NodeBack`), these stay gone (the processes a false death left alive)
+        known = {address}
+        known.update(b for b, _ in self.lends.values() if hit(b))
+        known.update(lender for lender, _, _ in self.noted.values() if hit(lender))
         # a copy made in one C step: building a list of item tuples can run the collector,
         # whose finalizers (a dropped ref's decref) change `records` mid-iteration
         for oid, rec in self.records.copy().items():
             if not rec.borrowers:
                 continue
-            gone = {b for b in rec.borrowers
-                    if b == address or (prefix and b.startswith(prefix))}
+            gone = {b for b in rec.borrowers if hit(b)}
             if gone:
+                known |= gone
                 rec.borrowers -= gone
                 self._maybe_free(oid, out)
-        self.gone.add(address)
+        self.gone |= known
         if prefix:
             self.gone_prefixes.add(prefix)
         self._lends_of_gone(
@@ -369,6 +379,10 @@ class Ownership(LendingRules):
         waiting.add(oid)
 
     def _owner_node_died(self, address: str, prefix: str, why: str, out: list[Action]) -> None:
+        if prefix:  # the owners we know of there stay dead by address (see `_node_back`)
+            known = {rec.owner for rec in self.records.copy().values()
+                     if not rec.owned and rec.owner.startswith(prefix)}
+            self.dead_owners.extend((owner, "", why) for owner in sorted(known))
         self.dead_owners.append((address, prefix, why))
         for owner in sorted(self.probing):
             if owner == address or (prefix and owner.startswith(prefix)):
@@ -385,6 +399,12 @@ class Ownership(LendingRules):
         for oid, rec in self.records.copy().items():  # (see _borrower_gone)
             if not rec.owned and dead(rec.owner):
                 out.append(FailBorrowed(oid, why))
+
+    def _node_back(self, e: NodeBack, out: list[Action]) -> None:
+        """A node reported dead answers again: processes under its prefix are new ones
+        (those it had then it killed), except the ones we knew of, gone by address."""
+        self.gone_prefixes.discard(e.prefix)
+        self.dead_owners = [(a, p, why) for a, p, why in self.dead_owners if p != e.prefix]
 
     # -- checks and history --------------------------------------------------------------
     def validate(self) -> None:
@@ -451,6 +471,7 @@ _RULES = {
     AddBorrower: Ownership._add_borrower, RemoveBorrower: Ownership._remove_borrower,
     BorrowerGone: Ownership._borrower_gone, Escaped: Ownership._escaped,
     HoldArgs: Ownership._hold_args, ReleaseArgs: Ownership._release_args,
+    NodeBack: Ownership._node_back,
     HoldContained: Ownership._hold_contained, HoldBorrowed: Ownership._on_hold_borrowed,
     ReadFailed: Ownership._on_read_failed, OwnerNodeDied: Ownership._on_owner_node_died,
     OwnerDied: Ownership._on_owner_died,

@@ -19,6 +19,7 @@ __all__ = [
     "AskBorrower",
     "BorrowNote",
     "BorrowerGone",
+    "NodeBack",
     "Escaped",
     "Event",
     "FailBorrowed",
@@ -99,6 +100,15 @@ class BorrowerGone(msgspec.Struct):
 
     address: str
     prefix: str = ""
+
+
+class NodeBack(msgspec.Struct):
+    """The node whose processes have ipc sockets under `prefix`, reported dead before (a
+    `BorrowerGone` and an `OwnerNodeDied` with this prefix), answers again: it killed the
+    processes it had then, so later ones under `prefix` are new. The ones we knew of stay
+    gone, by address; the rest are borrowers and owners like any others."""
+
+    prefix: str
 
 
 class HoldArgs(msgspec.Struct):
@@ -278,7 +288,7 @@ Event = (AddLocal | RemoveLocal | AddSubmitted | RemoveSubmitted | AddBorrower |
          | BorrowerGone | Escaped | HoldContained | HoldBorrowed | ReadFailed | OwnerNodeDied | OwnerDied
          | OwnerAnswered | ProbeTimedOut | Lend | LendDone | TakeReturned | HandedOff
          | KeepBorrowed | BorrowNote | NoteAcked | ReadBorrowed | AskAgain | HoldArgs
-         | ReleaseArgs)
+         | ReleaseArgs | NodeBack)
 
 
 # -- actions --------------------------------------------------------------------------------

@@ -515,6 +515,17 @@ class NodeDied(Message, tag=61):
     why: str
 
 
+class NodeBack(Message, tag=65):
+    """Node -> its clients: a member the node reported dead (`NodeDied`) answers again (it
+    was paused or cut off, not dead). It killed its workers when it heard of its death, so
+    processes started there from now on are new: owners stop refusing them by `ipc_dir`
+    (the processes they knew there stay refused), and owners there are probed again."""
+
+    node_id: str
+    address: str
+    ipc_dir: str
+
+
 # -- streaming generators (worker -> owner, owner -> worker) ----------------------------
 class GeneratorItem(Message, tag=77):
     """One item a streaming generator task yielded: the value of return `index + 1`."""

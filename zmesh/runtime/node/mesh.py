@@ -77,6 +77,11 @@ class MeshAgent:
         self.loop = loop
         self._on_join_failed = on_join_failed or (lambda why: logger.error("%s", why))
         self.on_event: Callable[[str], None] | None = None  # counts membership events
+        # a member we declared dead answers again (node id, address) / a member declared
+        # this node dead: the node fences what the others gave up on (server.py)
+        self.on_back: Callable[[str, str], None] | None = None
+        self.on_declared_dead: Callable[[], None] | None = None
+        self._deaths_fenced = 0
         self.address = address
         self.node_id = node_id
         self._total = total
@@ -137,6 +142,12 @@ class MeshAgent:
 
     def _after(self) -> None:
         self._handle_events()
+        if self.membership.declared_dead > self._deaths_fenced:
+            self._deaths_fenced = self.membership.declared_dead
+            logger.warning("this node was declared dead by the mesh (paused or cut off too "
+                           "long): its workers are stopped, their work was given up on")
+            if self.on_declared_dead is not None:
+                self.on_declared_dead()
         deadline = self.membership.next_deadline()
         if deadline is None or deadline >= self._armed:
             return
@@ -175,6 +186,7 @@ class MeshAgent:
         if not events:
             return
         gone: list[tuple[str, str, str]] = []
+        back: list[tuple[str, str]] = []
         for ev in events:
             node_id = ev.metadata.labels.get(NODE_ID_LABEL, "")
             if node_id:
@@ -189,14 +201,18 @@ class MeshAgent:
                 why = "left the mesh" if ev.kind.value == "left" else "died"
                 self.dead_nodes[node_id] = why
                 gone.append((node_id, ev.address, why))
-            elif ev.kind.value in ("joined", "alive") and node_id:
-                self.dead_nodes.pop(node_id, None)
+            elif ev.kind.value in ("joined", "alive") and node_id \
+                    and self.dead_nodes.pop(node_id, None) is not None:
+                back.append((node_id, ev.address))
         if not self._publishing and self.membership.has_peers():
             self._publishing = True
             self.loop.call_soon(self._publish)
         self._on_view(self.view())
         for node_id, address, why in gone:
             self._on_gone(node_id, address, why)
+        for node_id, address in back:
+            if self.on_back is not None:
+                self.on_back(node_id, address)
 
     def view(self) -> dict[str, NodeResources]:
         """Every live member but this node, as the scheduler wants it."""

@@ -211,6 +211,14 @@ class NodeObjects:
         if late:
             self._free_everywhere(late)
 
+    def node_back(self, node_id: str, address: str) -> None:
+        """A node we reported dead answers again: tell the local clients, so their owners
+        take its new processes for live ones (its old ones it killed, see server.py)."""
+        back = m.NodeBack(node_id=node_id, address=address,
+                          ipc_dir=_local_prefix(self._ipc_of(address)))
+        for client in list(self.node.clients):
+            self.node.loop.send(client, back)
+
     def close(self) -> None:
         self.transfer.close()
 

@@ -10,6 +10,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -170,6 +171,8 @@ class Node:
         self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())
         if self.mesh is not None:
             self.mesh.on_event = self.ops.count_membership
+            self.mesh.on_back = self.objects.node_back
+            self.mesh.on_declared_dead = self._fence
         if testing and isinstance(self.endpoint, ChaosEndpoint):
             self.hooks = TestHooks(self.loop, self.endpoint, self.workers, self._actor_name)
         self._register_handlers()
@@ -221,6 +224,16 @@ class Node:
             live = (self.mesh.live_address(node_id) for node_id in view)
             self.control.set_members(a for a in live if a is not None)
         self.apply(self.scheduler.update_cluster(view))
+
+    def _fence(self) -> None:
+        """The mesh declared this node dead: every other node gave up on its processes
+        (their leases failed, their actors restarted elsewhere, owners dropped their borrows
+        and refuse them for good). Its workers stop, as a raylet's do when the GCS marks it
+        dead; the node lives on, and the workers it starts from now on are new processes
+        (owners accept them once they hear the node is back, `NodeBack`). Drivers attached
+        here are not stopped: their owned objects were already given up by the others."""
+        for info in list(self.pool.by_pid.values()):
+            self.pool.kill(info, signal.SIGKILL)
 
     def _node_gone(self, node_id: str, address: str, why: str) -> None:
         self.objects.node_gone(node_id, address, why)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from zmesh.core.ownership import BorrowerGone, OwnerNodeDied
+from zmesh.core.ownership import BorrowerGone, NodeBack, OwnerNodeDied
 from zmesh.errors import (
     NodeDiedError,
     ObjectLostError,
@@ -127,6 +127,7 @@ class CoreClient:
         loop.on(m.Shutdown, lambda s, msg, b: None)
         loop.on(m.PlacementGroupState, self._on_pg_state)
         loop.on(m.NodeDied, self._on_node_died)
+        loop.on(m.NodeBack, self._on_node_back)
         loop.on(m.ReleasePins, lambda s, msg, b: self.pins.give_back(msg.object_ids))
         loop.on(m.Query, self._on_query)
         self.tasks.register(loop)
@@ -425,6 +426,13 @@ class CoreClient:
         self.owner_probe.feed(OwnerNodeDied(msg.address, prefix or "", why))
         # (the owner asks the callers of a dead lender to settle its lends)
         self.lending.carry(self.objects.handle(BorrowerGone(msg.address, prefix or "")))
+
+    def _on_node_back(self, sender: str, msg: m.NodeBack, bufs: list[Any]) -> None:
+        # (a node reported dead answers again; the processes it had then, it killed)
+        prefix = (msg.ipc_dir if "://" in msg.ipc_dir else f"ipc://{msg.ipc_dir}/"
+                  ) if msg.ipc_dir else ""
+        if prefix:
+            self.owner_probe.feed(NodeBack(prefix))
 
     def _free_needs_loop(self, object_id: bytes, entry: ObjectEntry) -> bool:
         """False when `_on_free` would do nothing for this object (an owned inline value)."""
