@@ -12,15 +12,14 @@ import asyncio
 import contextlib
 import ctypes
 import functools
-import inspect
 import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -37,6 +36,7 @@ from zmesh.runtime.strategies import placement_of
 from zmesh.runtime.values import NONE_VALUE
 from zmesh.runtime.worker import events, logs, streaming
 from zmesh.runtime.worker.actor_inbox import ActorInbox, SpareInbox
+from zmesh.runtime.worker.async_actor import TERMINATE, TERMINATED, AsyncActorCalls
 from zmesh.runtime.worker.concurrency import ConcurrencyGroups
 from zmesh.runtime.worker.outcomes import apply_env, cancelled_value, error_value, switch_env
 from zmesh.runtime.worker.recent_tasks import CallReplies, RecentTasks
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from zmesh.runtime.owner.client import CoreClient
 
 
-TERMINATE = "__ray_terminate__"
-TERMINATED = "it was terminated by __ray_terminate__"
 
 
 FORGOTTEN_GRACE_S = 3.0
@@ -56,7 +54,7 @@ FORGOTTEN_GRACE_S = 3.0
 still be queued on another connection, and the error must not overtake it."""
 
 
-class Executor:
+class Executor(AsyncActorCalls):
     """Executes what the loop receives; one per worker process."""
 
     def __init__(self, client: CoreClient) -> None:
@@ -463,42 +461,6 @@ class Executor:
                 self._names[call.method] = name
         return name
 
-    def _start_asyncio(self, max_concurrency: int) -> None:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self.aio = loop
-            self.aio_sem = asyncio.Semaphore(max_concurrency)
-            ready.set()
-            loop.run_forever()
-
-        threading.Thread(target=run, name="zmesh-asyncio", daemon=True).start()
-        ready.wait()
-
-    def _start_async_call(self, call: m.ActorCall) -> None:
-        assert self.aio is not None
-        # the call removes itself when it ends (no done callback: one loop turn less a call)
-        self.async_calls[call.task_id] = self.aio.create_task(self._async_call(call))
-
-    def _cancel_async(self, task_id: bytes) -> None:  # the actor's event loop
-        task = self.async_calls.get(task_id)
-        if task is None:
-            return
-        coro = cast("Coroutine[Any, Any, Any]", task.get_coro())
-        if inspect.getcoroutinestate(coro) != inspect.CORO_CREATED:
-            task.cancel()  # (one not started yet finds itself in `cancelled` and answers)
-
-    async def _async_call(self, call: m.ActorCall) -> None:
-        try:
-            await self._async_call_body(call)
-        except asyncio.CancelledError:  # cancelled while it queued for its semaphore
-            if not self.exited:
-                self._answer_cancelled(call)
-        finally:
-            self.async_calls.pop(call.task_id, None)
-
     def _answer_forgotten(self, call: m.ActorCall) -> None:
         self._reject(call, ObjectLostError(
             f"the answer of {self._method_name(call)} (call {call.task_id.hex()}) was lost on "
@@ -506,55 +468,6 @@ class Executor:
 
     def _answer_cancelled(self, call: m.ActorCall) -> None:
         self._reject(call, TaskCancelledError(f"task {self._method_name(call)} was cancelled"))
-
-    async def _async_call_body(self, call: m.ActorCall) -> None:
-        assert self.aio_sem is not None
-        if self.exited:
-            return
-        name = self._method_name(call)
-        events.recorder.begin(call.task_id, name, "actor_call")
-        refs: list[Any] = []
-        sem = self.aio_sem
-        if self.groups is not None:
-            try:
-                sem = self.groups.semaphore(call)
-            except ValueError as exc:
-                self._reject(call, exc)
-                return
-        if call.task_id in self.cancelled:  # before it queues for a slot
-            self._answer_cancelled(call)
-            return
-        async with sem:
-            try:
-                if call.task_id in self.cancelled or call.method == CANCELLED_CALL:
-                    raise TaskCancelledError(f"task {name} was cancelled")
-                if call.method == TERMINATE:
-                    raise ActorExit(TERMINATED)
-                args, kwargs, refs = unpack_args(call.args, self.client.read)
-                if refs:
-                    self.return_refs.register_args(refs, call.caller,
-                                                   lend_token(call.task_id, call.attempt))
-                method = getattr(self.instance, call.method)
-                if call.num_returns < 0:
-                    returns = await streaming.run_call_async(
-                        self.client, self.pid, self._shielded, call, name, method, args, kwargs)
-                elif inspect.iscoroutinefunction(method):
-                    result = await method(*args, **kwargs)
-                else:
-                    result = await asyncio.get_running_loop().run_in_executor(
-                        None, lambda: method(*args, **kwargs))
-                if call.num_returns >= 0:
-                    returns = self._encode_returns(call.task_id, result, call.num_returns,
-                                                   name, call.caller, call.attempt, refs)
-                    result = None  # (what it holds is not kept by this worker any more)
-            except ActorExit as exc:
-                self._exit_actor(exc.why)
-                return
-            except BaseException as exc:  # noqa: BLE001
-                returns = self.return_refs.error_returns(
-                    call.task_id, call.attempt, call.caller, name, exc,
-                    max(call.num_returns, 1), self.pid, refs)
-        self._reply(call.caller, call.task_id, returns, refs, call.attempt)
 
     def _exit_actor(self, why: str) -> None:
         """A graceful exit: the user's atexit handlers run, then the node is told that the
