@@ -386,8 +386,9 @@ class Membership:
             self._metadata = Metadata(theirs.version + 1, mine.resources, mine.labels)
             self._queue.push(self.address)
         state = MemberState(u.state)
-        if state is MemberState.DEAD and not self._left:
-            self._deaths.add(u.incarnation)
+        if state is MemberState.DEAD and not self._left and (
+                theirs is None or theirs.labels == self._metadata.labels):
+            self._deaths.add(u.incarnation)  # (other labels: a past life at this address)
         if self._left:
             if u.incarnation > self._incarnation:
                 self._incarnation = u.incarnation

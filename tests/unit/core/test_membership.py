@@ -191,6 +191,28 @@ def test_stale_suspicion_of_an_older_incarnation_is_not_refuted_again() -> None:
     assert m.incarnation == 5
 
 
+def test_each_death_declared_of_this_node_is_counted_once() -> None:
+    # The shell fences its workers each time this grows (a false death: paused, cut off).
+    m = node("a")
+    gossip(m, update("a", SUSPECT, 0))
+    assert m.declared_dead == 0
+    gossip(m, update("a", DEAD, 1))
+    gossip(m, update("a", DEAD, 1))  # the same death, gossiped again
+    assert m.declared_dead == 1 and m.incarnation == 2
+    # a death declared at an older incarnation (before our refutation reached its
+    # declarer) still happened: the others gave up on us then
+    gossip(m, update("a", DEAD, 0))
+    assert m.declared_dead == 2
+
+
+def test_a_death_recorded_of_a_past_life_at_this_address_is_not_counted() -> None:
+    m = node("a", labels={"pid": "2"})
+    gossip(m, MemberUpdate("a", DEAD, 3, Metadata(4, {}, {"pid": "1"})))
+    assert m.declared_dead == 0 and m.incarnation == 4  # (refuted all the same)
+    gossip(m, MemberUpdate("a", DEAD, 4, Metadata(5, {}, {"pid": "2"})))
+    assert m.declared_dead == 1
+
+
 def test_newer_metadata_version_wins_and_older_is_ignored() -> None:
     m = node()
     gossip(m, update("b", ALIVE, 0, version=2))
