@@ -28,8 +28,10 @@ Guarantees, and how they hold:
   `control_watches` for how a subscription follows its keys from primary to primary.
 
 Views are fingerprints of the member set, so membership must converge (SWIM does) for the
-barrier to complete, and a member that was removed must rejoin with empty state under a new
-name or incarnation. Tombstones are kept, not collected.
+barrier to complete. A member the others removed and took back while it stayed in its view
+(paused through the change) never begins the view again itself: it hands its shards over
+again when a member's handoff of the view it did not wait for comes (`Handoff.echo`, once),
+rolling back its unacknowledged writes first. Tombstones are kept, not collected.
 """
 
 from __future__ import annotations
@@ -195,24 +197,30 @@ class ControlStore(ControlClientCalls):
     def _start_handoff(self, now: float) -> Outbox:
         others = sorted(self._ring.members - {self.name})
         self._awaiting = {m: _Incoming() for m in others}
-        per_member: dict[str, list[KvRecord]] = {m: [] for m in others}
-        for record in self._data.values():
-            for owner in self._owners(record.key):
-                if owner != self.name:
-                    per_member[owner].append(record)
-        out: Outbox = []
-        for m in others:
-            watches = self._watches.states_for(m, self._ring)
-            parts = split_parts(per_member[m], self.config.handoff_part_bytes)
-            for i, records in enumerate(parts):
-                msg = Handoff(self._view, i, len(parts), records, watches if i == 0 else [])
-                self._handoff_out[(m, i)] = msg
-                out.append((m, msg))
+        out = self._send_handoffs(others)
         self._handoff_resend_at = now + self.config.resend_interval
         for watch in self._watches.states_for(self.name, self._ring):
             out += self._hold_watch(self.name, watch)
         if not others:
             out += self._become_ready(now)
+        return out
+
+    def _send_handoffs(self, to: list[str], echo: bool = False) -> Outbox:
+        """Hand each member of `to` the records it owns in this view (resent until acked)."""
+        per_member: dict[str, list[KvRecord]] = {m: [] for m in to}
+        for record in self._data.values():
+            for owner in self._owners(record.key):
+                if owner in per_member:
+                    per_member[owner].append(record)
+        out: Outbox = []
+        for m in to:
+            watches = self._watches.states_for(m, self._ring)
+            parts = split_parts(per_member[m], self.config.handoff_part_bytes)
+            for i, records in enumerate(parts):
+                msg = Handoff(self._view, i, len(parts), records, watches if i == 0 else [],
+                              echo=echo)
+                self._handoff_out[(m, i)] = msg
+                out.append((m, msg))
         return out
 
     def _become_ready(self, now: float) -> Outbox:
@@ -230,7 +238,34 @@ class ControlStore(ControlClientCalls):
             return []  # not acknowledged: the sender resends once we agree on the view
         out: Outbox = []
         incoming = self._awaiting.get(sender)
-        if incoming is not None and msg.part not in incoming.received:
+        if incoming is None and not msg.echo \
+                and not any(dest == sender for dest, _ in self._handoff_out):
+            # A handoff of our view we did not wait for: a resend of one we merged, or the
+            # sender began this view again while we stayed in it (we were paused through its
+            # view change and back: a node taken for dead that lives on). Then it waits for
+            # ours: hand it over again, once (an echo is not echoed). Our writes in flight
+            # were never acknowledged (the others ignored this view meanwhile) and another
+            # primary may have written the same versions: they go back to what was
+            # committed and their writers are answered RETRY, as at a view change; then
+            # what the sender hands us is merged (what was written while we were away).
+            for key, write in self._inflight.items():
+                if write.prev is None:
+                    self._data.pop(key, None)
+                else:
+                    self._data[key] = write.prev
+            out += self._abort_view()
+            for watch in msg.watches:
+                out += self._hold_watch(sender, watch)
+            if self._handoff_out:
+                self._handoff_resend_at = min(self._handoff_resend_at,
+                                              now + self.config.resend_interval)
+            else:
+                self._handoff_resend_at = now + self.config.resend_interval
+            out += self._send_handoffs([sender], echo=True)
+        if incoming is None:  # (merged by version: a part merged before changes nothing)
+            for record in msg.records:
+                self._merge(record)
+        elif msg.part not in incoming.received:
             for record in msg.records:
                 self._merge(record)
             for watch in msg.watches:

@@ -335,3 +335,34 @@ def test_a_message_that_is_not_for_the_store_is_dropped_with_a_warning(
     with caplog.at_level(logging.WARNING):
         assert store.receive(0.0, "b", object()) == []
     assert "not a control store message" in caplog.text
+
+
+def test_a_member_paused_through_a_view_change_and_back_hands_its_shards_over_again() -> None:
+    # "c" is paused while the others drop it and take it back (a node taken for dead that
+    # lives on): its own view never changed, so it never began the view again, and the
+    # others waited for its handoff for good (every write whose primary is a or b timed out).
+    c = StoreCluster(["a", "b", "c"], seed=2)
+    c.settle()
+    assert put(c, "a", "kv/before", b"1").ok
+    c.members.discard("c")
+    for name in ("a", "b"):  # c hears nothing of it
+        c.stores[name].set_members(c.now, c.members)
+        c._wake(name)
+    c.settle()
+    for i in range(12):  # written while c is away: c owns some of them in the full view
+        assert put(c, "a", f"kv/away{i}", b"new").ok
+    assert put(c, "b", "kv/before", b"2").version == 2
+    c.members.add("c")
+    c._announce()  # (c's own set_members is a no-op: same members as it had)
+    c.settle()
+    for i in range(12):
+        for who in "abc":
+            done = put(c, who, f"kv/{who}{i}", b"x")
+            assert done.ok, (who, i, done.status)
+    for i in range(12):  # c serves, as primary or not, what was written while it was away
+        assert put(c, "c", f"kv/away{i}", b"newer").version == 2
+        for who in "abc":
+            assert (get(c, who, f"kv/away{i}").value, get(c, who, f"kv/away{i}").version) \
+                == (b"newer", 2)
+    for who in "abc":
+        assert get(c, who, "kv/before").value == b"2"

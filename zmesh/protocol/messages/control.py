@@ -157,6 +157,9 @@ class Handoff(Message, tag=108):
 
     Carries the records of the receiver's shards and the sender's own subscriptions on them;
     the receiver serves as primary only once it has every part from every member of `view`.
+    `echo`: sent in answer to a handoff of `view` the receiver did not wait for (the sender
+    began the view again while the receiver stayed in it: paused through a view change);
+    an echo is never answered with one.
     """
 
     view: NonNegative
@@ -164,6 +167,7 @@ class Handoff(Message, tag=108):
     parts: NonNegative
     records: list[KvRecord] = msgspec.field(default_factory=list)
     watches: list[WatchState] = msgspec.field(default_factory=list)
+    echo: bool = False
 
 
 class HandoffAck(Message, tag=109):
