@@ -322,6 +322,24 @@ class ActorManager:
                     self.run(entry, life.KillRequested(f"its owner's node {node_id} {why}", True,
                                                        reachable=entry.worker is not None))
 
+    def fence(self) -> None:
+        """The mesh declared this node dead (`Node._fence`): every home that had an actor
+        hosted here handled the death already (restarted the actor elsewhere, or failed
+        it). Forget those actors here, without a word to the home and without a restart:
+        the fence stops their workers, and a second incarnation started here would answer
+        next to the home's (the home ignores its reports). Their resources go back now."""
+        for actor_id, entry in list(self.actors.items()):
+            if not entry.home or entry.state == "dead":
+                continue
+            del self.actors[actor_id]
+            self.quiet.discard(actor_id)
+            entry.state = "dead"  # (a start already under way gives its worker back)
+            entry.worker = None
+            key = (entry.spec.namespace, entry.spec.name)
+            if entry.spec.name and self.named.get(key) == actor_id:
+                del self.named[key]
+            self.node.apply(self.node.scheduler.cancel(actor_id))
+
     def on_failed(self, d: Failed) -> None:
         entry = self.actors.get(d.work_id)
         if entry is not None:

@@ -232,6 +232,7 @@ class Node:
         dead; the node lives on, and the workers it starts from now on are new processes
         (owners accept them once they hear the node is back, `NodeBack`). Drivers attached
         here are not stopped: their owned objects were already given up by the others."""
+        self.actors.fence()
         for info in list(self.pool.by_pid.values()):
             self.pool.kill(info, signal.SIGKILL)
 
