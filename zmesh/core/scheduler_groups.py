@@ -175,6 +175,24 @@ class GroupScheduling:
         self._bundles.release_indexes(pg_id, stale)
         return affected, self._after_release()
 
+    def forget_bundles(
+        self, pg_id: PlacementGroupId
+    ) -> tuple[tuple[WorkId, ...], list[Decision]]:
+        """Give back every bundle of a group coordinated elsewhere held here (committed or
+        only prepared) and forget its layout, without taking the group for removed: the
+        mesh declared this node dead, and the group's coordinator took the bundles for lost
+        and places them again (here too, maybe: its commit brings the layout back). Returns
+        the work running in them (for the shell to evict) and what the freed resources
+        start."""
+        affected = tuple(wid for wid, run in self._running.items()
+                         if run.bundle is not None and run.bundle[0] == pg_id)
+        for wid in affected:
+            del self._running[wid]
+            self._evicted.add(wid)
+        self._bundles.release(pg_id)
+        self._layouts.pop(pg_id, None)
+        return affected, self._after_release()
+
     def holds_bundles(self, pg_id: PlacementGroupId) -> bool:
         """Whether this node holds bundles of the group (reserved or committed)."""
         return self._bundles.has(pg_id)

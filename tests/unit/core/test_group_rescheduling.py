@@ -108,6 +108,30 @@ def test_a_node_taken_for_dead_holds_a_bundle_placed_on_it_again_and_gives_back_
     b.validate()
 
 
+def test_a_node_declared_dead_forgets_the_bundles_it_holds_without_taking_the_group_for_removed(
+) -> None:
+    # The mesh declared node b dead: the coordinator took b's bundles for lost and places
+    # them again. b gives every one of them back (committed or only prepared), evicts the
+    # work in them, forgets the layout, and accepts the group's bundles again when the
+    # coordinator places them on b once more (a removed group would refuse its work).
+    b = LocalScheduler("b", {"CPU": 2})
+    assert b.prepare_bundles("pg", 1, {0: CPU1, 1: CPU1})[0].ok
+    b.commit_bundles("pg", ("b", "b"), (CPU1, CPU1))
+    [ran] = b.submit(in_bundle(1, 1))
+    assert isinstance(ran, Dispatch)
+    affected, _ = b.forget_bundles("pg")
+    assert affected == (wid(1),) and b.available() == {"CPU": 2.0}
+    assert not b.holds_bundles("pg")
+    assert b.finish(wid(1)) == []  # the evicted work ends later: nothing freed twice
+    b.validate()
+    assert b.prepare_bundles("pg", 2, {1: CPU1})[0].ok
+    b.commit_bundles("pg", ("a", "b"), (CPU1, CPU1))
+    [again] = b.submit(in_bundle(2, 1))
+    assert isinstance(again, Dispatch) and again.bundle == ("pg", 1)
+    assert b.available() == {"CPU": 1.0}
+    b.validate()
+
+
 # ------------------------------------------------------------ through the schedulers
 
 

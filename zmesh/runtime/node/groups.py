@@ -226,6 +226,22 @@ class GroupRelay:
             node.apply(node.scheduler.note_placement_group(msg.pg_id, msg.nodes, msg.bundles))
 
     # -- failures --------------------------------------------------------------------------
+    def fence(self) -> None:
+        """The mesh declared this node dead (`Node._fence`): each coordinator that had
+        bundles here took them for lost and places them again. Free them here, or the
+        node's resources stay held by bundles no group uses, and a group that needs this
+        node again never fits (it stayed rescheduling for good). Not marked gone: the
+        coordinators live."""
+        node = self.node
+        for pg_id in list(self.coordinator):
+            logger.info("placement group %s: this node was declared dead; releasing its "
+                        "bundles here (its coordinator places them again)", pg_id)
+            del self.coordinator[pg_id]
+            affected, decisions = node.scheduler.forget_bundles(pg_id)
+            for work_id in affected:
+                node.actors.evict(work_id)
+            node.apply(decisions)
+
     def node_gone(self, node_id: str, address: str) -> None:
         """Bundles held here for a coordinator that died are released (prepared or not)."""
         for pg_id, coordinator in list(self.coordinator.items()):

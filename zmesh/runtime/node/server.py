@@ -233,6 +233,7 @@ class Node:
         (owners accept them once they hear the node is back, `NodeBack`). Drivers attached
         here are not stopped: their owned objects were already given up by the others."""
         self.actors.fence()
+        self.groups.fence()
         for info in list(self.pool.by_pid.values()):
             self.pool.kill(info, signal.SIGKILL)
 
