@@ -236,6 +236,10 @@ class ObjectStore:
 
     # -- queries -----------------------------------------------------------------------
 
+    def secondaries(self) -> list[bytes]:
+        """The copies pulled from other nodes that are stored here and not freed."""
+        return [oid for oid, e in self._entries.items() if e.secondary and not e.freed]
+
     @property
     def mapper(self) -> StoreMapper:
         """The store's own mapping of its segment files (shared with the transfer service,

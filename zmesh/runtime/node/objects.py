@@ -211,6 +211,19 @@ class NodeObjects:
         if late:
             self._free_everywhere(late)
 
+    def fence(self) -> None:
+        """The mesh declared this node dead (`Node._fence`): each node we pulled a copy from
+        forgot it (`peer_died`), so the owner's free, which reaches the copies through the
+        node that holds the primary, would never come here: the copies would stay for good.
+        Free them now (readers still pinning one keep it until they unpin; a new reader
+        pulls again), with the copies other nodes pulled from ours."""
+        ids = self.node.store.secondaries()
+        if ids:
+            logger.info("this node was declared dead: freeing the %d copies it pulled",
+                        len(ids))
+            self.owners.forget(ids)
+            self._free_orphans(ids)
+
     def node_back(self, node_id: str, address: str) -> None:
         """A node we reported dead answers again: tell the local clients, so their owners
         take its new processes for live ones (its old ones it killed, see server.py)."""

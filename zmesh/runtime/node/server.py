@@ -234,6 +234,7 @@ class Node:
         here are not stopped: their owned objects were already given up by the others."""
         self.actors.fence()
         self.groups.fence()
+        self.objects.fence()
         for info in list(self.pool.by_pid.values()):
             self.pool.kill(info, signal.SIGKILL)
 
