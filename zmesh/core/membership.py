@@ -111,6 +111,10 @@ class Membership:
         # the incarnations at which someone declared us dead (each death is declared at one
         # incarnation, and we refute past it): how many times we were taken for dead
         self._deaths: set[int] = set()
+        # members we held dead that came back alive (a higher incarnation) without having
+        # heard of their death: they refuted a suspicion, not the death. Each is told the
+        # death it lived through (the record we held), so that it fences what we gave up on.
+        self._death_notices: dict[str, MemberUpdate] = {}
 
     # -- public view ---------------------------------------------------------------------
     @property
@@ -358,6 +362,9 @@ class Membership:
         replied = any(dest == sender for dest, _ in out)
         if record is not None and record.state is MemberState.DEAD and not replied:
             out.append((sender, Gossip([record])))
+        while self._death_notices:
+            address, death = self._death_notices.popitem()
+            out.append((address, Gossip([death])))
         return out
 
     def _merge(self, now: float, updates: object) -> None:
@@ -370,8 +377,13 @@ class Membership:
             assert isinstance(u, MemberUpdate)
             if u.address == self.address:
                 self._about_me(u)
-            elif self._table.apply(now, u):
+                continue
+            before = self._table.record(u.address)
+            if self._table.apply(now, u):
                 self._queue.push(u.address)
+                if before is not None and MemberState(before.state) is MemberState.DEAD \
+                        and self._table.state(u.address) is not MemberState.DEAD:
+                    self._death_notices[u.address] = before
 
     def _about_me(self, u: MemberUpdate) -> None:
         """Someone's record of us: refute suspicion or death, and keep our versions highest."""

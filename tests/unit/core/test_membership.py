@@ -154,7 +154,9 @@ def test_higher_incarnation_wins_and_at_equal_incarnation_worse_state_wins() -> 
 
 def test_dead_member_that_comes_back_with_higher_incarnation_rejoins() -> None:
     m = node()
-    gossip(m, update("b", ALIVE, 0), update("b", DEAD, 0), update("b", ALIVE, 1))
+    out = m.receive(1.0, "x", Gossip([update("b", ALIVE, 0), update("b", DEAD, 0),
+                                      update("b", ALIVE, 1)]))
+    assert out == [("b", Gossip([update("b", DEAD, 0)]))]  # told of its death
     assert state_of(m, "b") == (ALIVE, 1)
     assert kinds(m) == [("joined", "b"), ("dead", "b"), ("joined", "b")]
 
@@ -211,6 +213,27 @@ def test_a_death_recorded_of_a_past_life_at_this_address_is_not_counted() -> Non
     assert m.declared_dead == 0 and m.incarnation == 4  # (refuted all the same)
     gossip(m, MemberUpdate("a", DEAD, 4, Metadata(5, {}, {"pid": "2"})))
     assert m.declared_dead == 1
+
+
+def test_a_member_held_dead_that_comes_back_alive_is_told_of_its_death() -> None:
+    # b refuted a suspicion (incarnation 1) without ever hearing of its death at 0: it
+    # never learnt that we gave up on it, so its shell fenced nothing (on the simulated
+    # mesh an actor's old incarnation lived on next to the new one). We tell it the death
+    # we held, once.
+    m = node("a")
+    gossip(m, update("b", ALIVE, 0))
+    gossip(m, update("b", DEAD, 0))
+    out = m.receive(1.0, "x", Gossip([update("b", ALIVE, 1)]))
+    assert state_of(m, "b") == (ALIVE, 1)
+    notices = [msg for dest, msg in out if dest == "b"]
+    assert notices == [Gossip([update("b", DEAD, 0)])], out
+    b = node("b")
+    b.receive(1.0, "a", notices[0])
+    assert b.declared_dead == 1
+    out = m.receive(1.0, "x", Gossip([update("b", ALIVE, 1)]))  # nothing new: no notice
+    assert [dest for dest, _ in out] == []
+    out = m.receive(1.0, "x", Gossip([update("b", SUSPECT, 1)]))  # not a death: none
+    assert [dest for dest, _ in out] == []
 
 
 def test_newer_metadata_version_wins_and_older_is_ignored() -> None:
