@@ -41,7 +41,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     terminalreporter.section("zmesh fault injection on the simulated mesh")
     order = ["schedules", "steps", "faults injected", "messages", "gets checked",
-             "gets failed (documented errors)", "gets timed out (messages lost)",
+             "gets failed (documented errors)", "gets failed, excused by a fault",
+             "gets failed, unexcused (violations)", "gets timed out (messages lost)",
              "liveness failures after kills/pauses/partitions",
              "schedules with such liveness failures", "violations"]
     for key in order + sorted(set(totals) - set(order)):

@@ -18,6 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from fault_history import (
+    FaultHistory,
+    actor_of,
+    actors_on,
+    describe,
+    live_workers,
+    watch_verdicts,
+)
+from get_judge import Failed, judge
 
 import zmesh
 from zmesh.errors import GetTimeoutError, ZmeshError
@@ -54,6 +63,9 @@ lossy_release = True  # False: no release check at the end after a real drop/reo
 NODES = ("n0", "n1", "n2")
 
 totals: Counter[str] = Counter()  # printed at the end of the run by tests/conftest.py
+# every failed get of the run (kind, error, excuse or None, the schedule's disruptions): for
+# seed loops (tools/fault_seed_loop.py) that log the unexcused ones with their schedules
+failed_gets: list[dict[str, Any]] = []
 liveness_seeds: list[int] = []  # schedules with open liveness failures (printed too)
 
 
@@ -143,6 +155,8 @@ class Pending:
     k: int = -1
     deref: bool = False  # the value is a list holding a ref: check what it points at
     group: Any = None  # the placement group it runs in: removing it may fail the task
+    t0: float = 0.0  # virtual time it was submitted
+    holder: int = -1  # a CtorHolder read: the holder's index in Checker.holders
 
 
 @dataclass
@@ -150,6 +164,7 @@ class ActorRec:
     handle: Any
     restarts: int
     retries: int
+    made: float = 0.0
     next_k: int = 0
     results: dict[int, tuple[str, list[int]]] = field(default_factory=dict)
     failed: set[int] = field(default_factory=set)
@@ -160,6 +175,12 @@ class Checker:
 
     - every `get` gives the right value or a documented zmesh error (a `ZmeshError`) within
       GET_BOUND_S virtual seconds once faults stop; with no fault before it, the right value;
+      a failed get must be excused by what the faults did (`get_judge.judge`: a put of the
+      driver is not lost, a task fails only after more worker deaths than its retries, an
+      actor call only after its actor died past its restarts or task retries, a worker's
+      object only once its owner died...), not merely be a documented error: counting any
+      ZmeshError hid tasks placed on a node back from a false death that read the driver's
+      puts as lost (bc84a3b, caught by the real-process chaos run instead);
     - an actor's numbered calls run in order: each answer's list is increasing, and every
       call answered by the same incarnation before it is in it (no gap in one incarnation);
     - resources are never negative or above a node's total (`SimMesh.validate`, which also
@@ -179,21 +200,33 @@ class Checker:
         self.puts: list[tuple[Any, np.ndarray]] = []
         self.actors: list[ActorRec] = []
         self.groups: list[Any] = []
-        self.holders: list[tuple[Any, int]] = []  # CtorHolder handles, the value they hold
+        # CtorHolder handles, the value they hold, when they were made
+        self.holders: list[tuple[Any, int, float]] = []
         self.removed_groups: set[bytes] = set()
+        self.group_made: dict[bytes, float] = {}  # group id -> virtual time it was made
         self.violations: list[str] = []
         self.faulted = False
         self.killed = False  # a process was killed, a node paused or partitioned away
         self.hung = False  # a get already hung in this schedule
         self.open_bugs: list[str] = []
         self.stats: Counter[str] = Counter()
+        self.history = FaultHistory()
+        watch_verdicts(mesh, self.history)
 
     # -- steps -----------------------------------------------------------------------------
     def step(self, step: tuple[Any, ...]) -> None:
         mesh = self.mesh
-        kind = step[0]
         mesh.note(f"step {step}")
         self.stats["steps"] += 1
+        submitted = len(self.pending)
+        self._step(step)
+        for p in self.pending[submitted:]:
+            p.t0 = mesh.now if p.holder < 0 else self.holders[p.holder][2]
+        self.validate()
+
+    def _step(self, step: tuple[Any, ...]) -> None:
+        mesh = self.mesh
+        kind = step[0]
         if kind == "task":
             self.pending.append(Pending("task", add.remote(step[1]), step[1] + 1))
         elif kind == "chain":
@@ -219,18 +252,21 @@ class Checker:
         elif kind == "ctor":  # an actor whose constructor gets a ref a third worker owns
             holder = CtorHolder.options(max_restarts=1,  # type: ignore[attr-defined]
                                         max_task_retries=1).remote([hand_on.remote(step[1])])
-            self.holders.append((holder, step[1]))
-            self.pending.append(Pending("ctor", holder.read.remote(), _value(200_000, step[1])))
+            self.holders.append((holder, step[1], mesh.now))
+            self.pending.append(Pending("ctor", holder.read.remote(), _value(200_000, step[1]),
+                                        holder=len(self.holders) - 1))
         elif kind == "ctor_read" and self.holders:
-            holder, v = self.holders[step[1] % len(self.holders)]
-            self.pending.append(Pending("ctor", holder.read.remote(), _value(200_000, v)))
+            i = step[1] % len(self.holders)
+            holder, v, _ = self.holders[i]
+            self.pending.append(Pending("ctor", holder.read.remote(), _value(200_000, v),
+                                        holder=i))
         elif kind == "inner":
             self.pending.append(Pending("inner", make_inner.remote(step[1]), step[1],
                                         deref=True))
         elif kind == "actor":
             handle = Log.options(max_restarts=step[1],  # type: ignore[attr-defined]
                                  max_task_retries=step[2]).remote()
-            self.actors.append(ActorRec(handle, step[1], step[2]))
+            self.actors.append(ActorRec(handle, step[1], step[2], mesh.now))
         elif kind == "call" and self.actors:
             i = step[1] % len(self.actors)
             rec = self.actors[i]
@@ -246,6 +282,7 @@ class Checker:
             else:
                 pg = placement_group([{"CPU": 1}], strategy="PACK")
                 self.groups.append(pg)
+                self.group_made[pg.id] = mesh.now
             strategy = PlacementGroupSchedulingStrategy(pg, 0)
             self.pending.append(Pending("pg", add.options(
                 scheduling_strategy=strategy).remote(step[1]), step[1] + 1, group=pg.id))
@@ -261,18 +298,27 @@ class Checker:
             mesh.advance(step[1])
         else:
             self.fault(step)
-        self.validate()
+
+    def _killed(self, what: str, address: str | None, workers: dict[str, Any]) -> None:
+        if address is not None and address in workers:
+            node, state, actor_id, info = workers[address]
+            self.history.kill(what, self.mesh.now, node, address, actor_id, state, info=info)
 
     def fault(self, step: tuple[Any, ...]) -> None:
         mesh = self.mesh
         kind = step[0]
         before = mesh.faults_injected
+        workers = live_workers(mesh) if kind.startswith("kill") else {}
         if kind == "kill_worker":
-            mesh.kill_worker()
+            self._killed("kill_worker", mesh.kill_worker(), workers)
         elif kind == "kill_actor" and self.actors:
-            mesh.kill_actor(self.actors[step[1] % len(self.actors)].handle)
+            handle = self.actors[step[1] % len(self.actors)].handle
+            if mesh.kill_actor(handle):
+                self.history.kill("kill_actor", mesh.now, actor_id=actor_of(handle))
         elif kind == "kill_node" and step[1] in mesh.live_nodes():
+            actors = actors_on(mesh, step[1])
             mesh.kill_node(step[1])
+            self.history.kill("kill_node", mesh.now, step[1], actors=actors)
         elif kind == "kill_owner":
             owners = [p.ref for p in self.pending if p.kind == "inner" and p.ref is not None]
             inner = [r for r in owners if _ready(r)]
@@ -281,8 +327,8 @@ class Checker:
                     box = zmesh.get(inner[step[1] % len(inner)], timeout=SHORT_GET_BOUND_S)
                 except ZmeshError:
                     box = None  # failed or slow: checked when it is resolved
-                if box is not None:
-                    mesh.kill_owner(box[0])
+                if box is not None and mesh.kill_owner(box[0]):
+                    self._killed("kill_owner", box[0].owner, workers)
         elif kind == "pause" and step[1] in mesh.live_nodes():
             mesh.pause_node(step[1])
             mesh.after(step[2], lambda name=step[1]: mesh.resume_node(name))
@@ -336,11 +382,13 @@ class Checker:
     def resolve(self, p: Pending) -> None:
         self.stats["gets"] += 1
         faulted = self.faulted
+        stage, inner_owner = "result", ""
         try:
             excused = self.lossy and not lossy_liveness
             bound = SHORT_GET_BOUND_S if excused or self.hung else GET_BOUND_S
             value = zmesh.get(p.ref, timeout=bound)
             if p.deref:
+                stage, inner_owner = "deref", value[0].owner
                 value = zmesh.get(value[0], timeout=bound)
         except GetTimeoutError as exc:
             self.stats["timeouts"] += 1
@@ -357,6 +405,8 @@ class Checker:
                 self.actors[p.actor].failed.add(p.k)
             if not faulted and p.group not in self.removed_groups:
                 self.violate(f"{p.kind} failed with no fault injected: {exc!r}")
+                return
+            self.judge_failure(p, exc, stage, inner_owner)
             return
         except Exception as exc:  # noqa: BLE001 - any other error is undocumented
             self.violate(f"{p.kind} raised an undocumented {type(exc).__name__}: {exc}")
@@ -369,6 +419,37 @@ class Checker:
                 self.violate(f"{p.kind} returned a wrong value")
         elif value != p.expected:
             self.violate(f"{p.kind} returned {value!r}, expected {p.expected!r}")
+
+    def judge_failure(self, p: Pending, exc: ZmeshError, stage: str, inner_owner: str) -> None:
+        """A get failed after a fault: excused only if the faults let it fail (get_judge)."""
+        failed = Failed(p.kind, exc, p.t0, self.mesh.now, stage, inner_owner,
+                        inner_owner_alive=inner_owner in live_workers(self.mesh),
+                        group_removed=p.group is not None and p.group in self.removed_groups,
+                        group_made=self.group_made.get(p.group))
+        if p.kind == "call":
+            rec = self.actors[p.actor]
+            failed.actor_id, failed.actor_made = actor_of(rec.handle), rec.made
+            failed.restarts, failed.task_retries = rec.restarts, rec.retries
+        elif p.kind == "ctor":
+            holder = self.holders[p.holder][0]
+            failed.actor_id, failed.actor_made = actor_of(holder), p.t0
+            failed.restarts, failed.task_retries = 1, 1
+        why = judge(failed, self.history)
+        failed_gets.append({"seed": self.seed, "kind": p.kind, "stage": stage,
+                            "error": type(exc).__name__, "message": str(exc)[:300],
+                            "t0": p.t0, "t1": self.mesh.now, "excuse": why,
+                            "history": describe(self.history)})
+        if why is not None:
+            self.stats["excused"] += 1
+            self.mesh.note(f"{p.kind} failed, excused: {why}: {type(exc).__name__}")
+        else:
+            self.stats["unexcused"] += 1
+            actor = f" (restarts {failed.restarts}, task retries {failed.task_retries})" \
+                if failed.actor_id else ""
+            self.violate(f"{p.kind}{actor} ({stage}) failed with {type(exc).__name__} and no "
+                         "fault "
+                         f"excuses it (submitted at t={p.t0:.3f}s; faults: "
+                         f"{describe(self.history) or 'no process died'}): {exc}")
 
     def check_call(self, p: Pending, value: Any) -> None:
         rec = self.actors[p.actor]
@@ -457,6 +538,8 @@ def run_schedule(seed: int, steps: list[tuple[Any, ...]]) -> tuple[list[str], Si
         totals["faults injected"] += mesh.faults_injected
         totals["gets checked"] += checker.stats["gets"]
         totals["gets failed (documented errors)"] += checker.stats["errors"]
+        totals["gets failed, excused by a fault"] += checker.stats["excused"]
+        totals["gets failed, unexcused (violations)"] += checker.stats["unexcused"]
         totals["gets timed out (messages lost)"] += checker.stats["timeouts"] if checker.lossy \
             else 0
         totals["liveness failures after kills/pauses/partitions"] += len(checker.open_bugs)

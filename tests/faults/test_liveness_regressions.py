@@ -120,6 +120,13 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "every uncommitted bundle of the group there) dropped attempt 2's reservation too: the "
      "group was 'ready' with no bundle on n2 and its task waited forever. No abort is sent "
      "now to a node that takes part in the attempt under way"),
+    (1, [("put", 4, 1), ("put", 200000, 2), ("pause", "n1", 5.0), ("advance", 3.0),
+         ("advance", 3.0), ("advance", 3.0)] + [("borrow", i % 2) for i in range(8)]
+     + [("relay", 0), ("relay", 1), ("borrow", 0), ("borrow", 1)],
+     "tasks placed on n1 back from a false death (paused 5 s) read the driver's puts as lost "
+     "('took it for dead and dropped its borrow', fixed in bc84a3b): the checker fails a put "
+     "read as lost once the node is back (get_judge), where it counted any documented "
+     "error; 2 failed borrows with bc84a3b reverted"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),
