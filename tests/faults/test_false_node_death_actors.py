@@ -214,3 +214,41 @@ def test_a_detached_named_actor_placed_on_a_node_taken_for_dead_restarts_once() 
         zmesh.kill(actor)
         assert mesh.run_until(lambda: not _actor_workers(mesh, actor), 30)
         mesh.validate()
+
+
+@zmesh.remote
+def make_detached(name: str, node_id: str) -> int:
+    """Create a detached named actor from a task (its home: this task's node)."""
+    handle = Counter.options(
+        name=name, lifetime="detached", max_restarts=-1, max_task_retries=-1,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+    return int(zmesh.get(handle.bump.remote(-1), timeout=30)[1])
+
+
+def test_a_detached_actor_made_on_a_node_taken_for_dead_lives_on_where_it_runs() -> None:
+    # Its home (n1, where the task that made it ran) was taken for dead: n2, which hosts
+    # it, became its home. It keeps answering, once, by its name, after n1's return; killed,
+    # its name is free again.
+    with sim_mesh(nodes=3, seed=27) as mesh:
+        n2 = mesh.nodes["n2"].node.node_id
+        assert zmesh.get(make_detached.options(scheduling_strategy=_on(mesh, "n1")).remote(
+            "far", n2), timeout=30) == 1
+        actor = zmesh.get_actor("far")
+        [hosted] = _actor_workers(mesh, actor)
+        answers = [zmesh.get(actor.bump.remote(0), timeout=30)]
+        _declared_dead_and_back(mesh, "n1")
+        answers += [zmesh.get(zmesh.get_actor("far").bump.remote(i), timeout=30)
+                    for i in range(1, 4)]
+        assert [n for _, n, _ in answers] == [2, 3, 4, 5], answers  # one incarnation
+        mesh.advance(3.0)
+        assert _actor_workers(mesh, actor) == [hosted]
+        zmesh.kill(zmesh.get_actor("far"))
+        assert mesh.run_until(lambda: not _actor_workers(mesh, actor), 30)
+        mesh.advance(3.0)  # (the name is freed after the death, cluster-wide)
+        with pytest.raises(ValueError):
+            zmesh.get_actor("far")
+        again = Counter.options(name="far", lifetime="detached").remote()
+        assert zmesh.get(again.bump.remote(0), timeout=30)[1] == 1
+        zmesh.kill(again)
+        assert mesh.run_until(lambda: not _actor_workers(mesh, again), 30)
+        mesh.validate()
