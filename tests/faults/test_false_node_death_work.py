@@ -140,6 +140,41 @@ def test_a_placement_group_with_a_bundle_on_a_node_taken_for_dead_is_placed_agai
         _clean(mesh)
 
 
+def _cut_off_and_back(mesh: SimMesh, name: str) -> None:
+    """Cut node `name` off from the others until the driver's node declared it dead (it
+    declares them dead too), then heal and wait until the driver's node counts it alive."""
+    head = mesh.nodes["n0"].node.mesh
+    assert head is not None
+    node_id = mesh.nodes[name].node.node_id
+    mesh.partition([name], [n for n in mesh.nodes if n != name])
+    assert mesh.run_until(lambda: node_id in head.dead_nodes, timeout=30), mesh.story(30)
+    mesh.heal()
+    assert mesh.run_until(lambda: node_id not in head.dead_nodes, timeout=30), mesh.story(30)
+
+
+def test_a_group_whose_coordinator_a_cut_off_node_took_for_dead_runs_its_work_there() -> None:
+    # n1, cut off, took n0 (the group's coordinator) for dead and gave the group up as
+    # removed. After the heal n0 placed n1's bundle there again, but n1's scheduler kept
+    # the group for removed and failed every task in it for good ('its placement group
+    # ... was removed'). (Seed 0: some seeds still time out, see GroupRelay.node_gone.)
+    with sim_mesh(nodes=3, seed=0) as mesh:
+        pg = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD")
+        assert zmesh.get(pg.ready(), timeout=30)
+        strategies = [PlacementGroupSchedulingStrategy(pg, i) for i in range(3)]
+        nodes = [zmesh.get(where.options(scheduling_strategy=s).remote(), timeout=30)
+                 for s in strategies]
+        _cut_off_and_back(mesh, "n1")
+        assert pg.wait(30)
+        for _ in range(2):
+            got = zmesh.get([where.options(scheduling_strategy=s).remote() for s in strategies],
+                            timeout=60)
+            assert got == nodes
+        mesh.validate()
+        remove_placement_group(pg)
+        del pg, strategies
+        _clean(mesh)
+
+
 def test_a_packed_group_over_every_node_waits_for_the_node_taken_for_dead() -> None:
     # Three bundles of a whole node each: packed, they still need all three nodes; while n1
     # is taken for dead the group cannot fit (pending), and it is created again on its return.

@@ -193,6 +193,11 @@ class GroupScheduling:
         self._layouts.pop(pg_id, None)
         return affected, self._after_release()
 
+    def placed_again(self, pg_id: PlacementGroupId) -> None:
+        """A group this node took for removed (it took its coordinator for dead) is placed
+        again by that coordinator, alive after all: its work is routed again, not failed."""
+        self._removed_pgs.discard(pg_id)
+
     def holds_bundles(self, pg_id: PlacementGroupId) -> bool:
         """Whether this node holds bundles of the group (reserved or committed)."""
         return self._bundles.has(pg_id)

@@ -132,6 +132,24 @@ def test_a_node_declared_dead_forgets_the_bundles_it_holds_without_taking_the_gr
     b.validate()
 
 
+def test_a_group_given_up_for_a_coordinator_taken_for_dead_runs_work_once_placed_again(
+) -> None:
+    # b took the group's coordinator for dead and removed its part; the coordinator lived
+    # (a healed partition) and placed the bundle on b again: its work runs, not failed.
+    b = LocalScheduler("b", {"CPU": 2})
+    assert b.prepare_bundles("pg", 1, {1: CPU1})[0].ok
+    b.commit_bundles("pg", ("a", "b"), (CPU1, CPU1))
+    b.remove_placement_group("pg")
+    [failed] = b.submit(in_bundle(1, 1))
+    assert not isinstance(failed, Dispatch)
+    b.placed_again("pg")
+    assert b.prepare_bundles("pg", 2, {1: CPU1})[0].ok
+    b.commit_bundles("pg", ("a", "b"), (CPU1, CPU1))
+    [ran] = b.submit(in_bundle(2, 1))
+    assert isinstance(ran, Dispatch) and ran.bundle == ("pg", 1)
+    b.validate()
+
+
 # ------------------------------------------------------------ through the schedulers
 
 

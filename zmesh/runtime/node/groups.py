@@ -133,7 +133,7 @@ class GroupRelay:
     def _on_prepare(self, sender: str, msg: p.PrepareBundles, bufs: list[Any]) -> None:
         node = self.node
         self.coordinator[msg.pg_id] = sender
-        self.gone.pop(msg.pg_id, None)  # its coordinator lives and places it again
+        self._placed_again(msg.pg_id)  # its coordinator lives and places it again
         for d in node.scheduler.prepare_bundles(msg.pg_id, msg.attempt, msg.bundles):
             if isinstance(d, BundlesPrepared):
                 node.loop.send(sender, p.BundlesReserved(
@@ -159,11 +159,20 @@ class GroupRelay:
     def _on_commit(self, sender: str, msg: p.CommitBundles, bufs: list[Any]) -> None:
         node = self.node
         self.coordinator[msg.pg_id] = sender
-        self.gone.pop(msg.pg_id, None)
+        self._placed_again(msg.pg_id)
         node.apply(node.scheduler.commit_bundles(msg.pg_id, msg.nodes, msg.bundles))
         if not self._check_armed:
             self._check_armed = True
             node.loop.call_later(LAYOUT_CHECK_S, self._check_layouts)
+
+    def _placed_again(self, pg_id: str) -> None:
+        """Its coordinator prepares or commits the group's bundles here: if this node gave
+        the group up because it took that coordinator for dead (a partition, a pause), the
+        group lives after all and its work here runs (before, the scheduler kept it for
+        removed and failed every task in it: 'its placement group was removed')."""
+        if self.gone.pop(pg_id, ""):  # (not "": the coordinator itself removed it)
+            self.removed.discard(pg_id)
+            self.node.scheduler.placed_again(pg_id)
 
     def _check_layouts(self) -> None:
         """Ask each coordinator about the groups whose bundles this node holds for it."""
