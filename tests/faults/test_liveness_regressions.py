@@ -127,6 +127,13 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "('took it for dead and dropped its borrow', fixed in bc84a3b): the checker fails a put "
      "read as lost once the node is back (get_judge), where it counted any documented "
      "error; 2 failed borrows with bc84a3b reverted"),
+    (10963, [("tree", 3, 2), ("put", 200000, 1), ("pg", 79), ("chain", 26, 2), ("tree", 1, 2),
+             ("tree", 2, 2), ("get", 45), ("link", 0.05, 0.1, 0.0, 0.1, 5.0), ("borrow", 9),
+             ("chain", 99, 4), ("get", 76)],
+     "lossy: a chain's first ExecuteTask was dropped; the second, which follows its "
+     "producer onto the same lease, reached the worker first and waited for the first's "
+     "value while the first, sent again, queued behind it: the get hung. A task waiting "
+     "for a pending argument now gives way to the work queued behind it"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),
@@ -291,3 +298,28 @@ def test_an_actor_answer_lost_and_no_longer_kept_fails_the_call_instead_of_hangi
         with pytest.raises(ObjectLostError, match="no longer kept"):
             zmesh.get(lost, timeout=60)
         assert mesh.now - start < 30.0
+
+
+@zmesh.remote
+def plus_one(x: int) -> int:
+    return x + 1
+
+
+def test_a_task_that_followed_its_lost_producer_onto_the_lease_gives_way_to_it() -> None:
+    """`b` follows its argument's producer `a` onto a's lease (task_owner._chain_lease), but
+    a's ExecuteTask is lost: b reaches the worker first and waits for a's value, and a, sent
+    again 3 s later, queued behind b on the one-task-at-a-time worker: the chain hung for
+    good (random schedule seed 10963, 5% drop). b now gives way to the work queued behind
+    it while it waits (Executor._wait_pending)."""
+    with sim_mesh(nodes=2, seed=7) as mesh:
+        node1 = mesh.nodes["n1"].node.node_id
+        on_n1 = plus_one.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node1, soft=False))
+        assert zmesh.get(on_n1.remote(0), timeout=30) == 1  # a lease on n1, kept warm
+        lost = mesh.link_faults(drop=1.0, kinds=["ExecuteTask"])
+        a = on_n1.remote(1)
+        assert mesh.run_until(lambda: mesh.net.stats["dropped"] >= 1, timeout=5)
+        mesh.net.rules.remove(lost)
+        b = on_n1.remote(a)  # follows a onto its lease: sent at once, a's value pending
+        assert zmesh.get(b, timeout=60) == 3
+        assert zmesh.get(a, timeout=1) == 2

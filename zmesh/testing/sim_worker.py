@@ -48,6 +48,9 @@ class _SimQueue:
         self.kernel.wait_until(lambda: bool(self.items), None)
         return self.items.popleft()
 
+    def empty(self) -> bool:
+        return not self.items
+
 
 class SimExecutor(Executor):
     """The worker's executor with its thread on the kernel (user code runs inline)."""

@@ -25,7 +25,13 @@ import cloudpickle
 
 from zmesh import runtime_env
 from zmesh.core.mailbox import Mailbox
-from zmesh.errors import ActorExit, ObjectLostError, TaskCancelledError, TaskInterrupt
+from zmesh.errors import (
+    ActorExit,
+    GetTimeoutError,
+    ObjectLostError,
+    TaskCancelledError,
+    TaskInterrupt,
+)
 from zmesh.protocol.messages import runtime as m
 from zmesh.ray_compat import install_if_requested
 from zmesh.runtime.args import unpack_args
@@ -52,6 +58,15 @@ if TYPE_CHECKING:
 FORGOTTEN_GRACE_S = 3.0
 """How long a repeat whose answer is no longer kept waits before it fails: the answer may
 still be queued on another connection, and the error must not overtake it."""
+
+
+GIVE_WAY_S = 1.0
+"""How long a task waits for a pending argument before it checks for work queued behind it
+(`Executor._wait_pending`)."""
+
+
+class _GiveWay(Exception):
+    """A task waiting for an argument gives way to the work queued behind it."""
 
 
 class Executor(AsyncActorCalls):
@@ -257,8 +272,8 @@ class Executor(AsyncActorCalls):
         try:
             if runtime_env.ENV_KEY in msg.env_vars:
                 code_env = runtime_env.enter(client, msg.env_vars)
-            fn = self._function(msg.fn_id, msg.fn_blob)
             packed = self._resolve_pending(msg) if msg.ref_ids else msg.args
+            fn = self._function(msg.fn_id, msg.fn_blob)
             args, kwargs, refs = unpack_args(packed, client.read)
             result = fn(*args, **kwargs)
             if isinstance(result, CoroutineType):  # an `async def` task runs to the end here
@@ -273,6 +288,11 @@ class Executor(AsyncActorCalls):
                 returns = self._encode_returns(msg.task_id, result, msg.num_returns, msg.name,
                                                msg.owner, msg.attempt, refs)
                 result = None  # (what it holds is not kept by this worker any more)
+        except _GiveWay:  # (before any user code ran): it goes behind the work queued here
+            self.running = b""
+            events.recorder.end(msg.task_id, True)
+            self.work.put(msg)
+            return
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self.running = b""
             returns = self.return_refs.error_returns(msg.task_id, msg.attempt, msg.owner,
@@ -298,10 +318,26 @@ class Executor(AsyncActorCalls):
             mine = self.produced.get(oid)
             if mine is None:
                 ref = ObjectRef(oid, msg.owner, self.client)
-                mine = self.client._wait_values([ref], None)[0]
+                mine = self._wait_pending(ref)
                 del ref
             out.append(mine)
         return m.Args(data=msg.args.data, refs=out)
+
+    def _wait_pending(self, ref: Any) -> m.Value:
+        """A pending argument's value from its owner. The task may have followed its
+        argument's producer onto this lease and come first: the producer's ExecuteTask was
+        lost (a link that broke) and its owner sends it again later, behind this task.
+        Waiting here for good would wait for a task queued behind this one (the owner
+        waits for that task's result, and this worker runs one task at a time: the chain
+        hung). So while other work is queued here, the wait gives way to it (`_GiveWay`:
+        the task goes to the back of the queue, before any user code ran)."""
+        client = self.client
+        while True:
+            try:
+                return client._wait_values([ref], client.loop.clock() + GIVE_WAY_S)[0]
+            except GetTimeoutError:
+                if not self.work.empty():
+                    raise _GiveWay from None
 
     def _encode_returns(self, task_id: bytes, result: Any, num_returns: int, name: str,
                         owner: str, attempt: int, args: list[Any]) -> list[m.Value]:
