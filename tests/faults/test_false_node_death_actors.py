@@ -252,3 +252,42 @@ def test_a_detached_actor_made_on_a_node_taken_for_dead_lives_on_where_it_runs()
         zmesh.kill(again)
         assert mesh.run_until(lambda: not _actor_workers(mesh, again), 30)
         mesh.validate()
+
+
+@zmesh.remote
+class Napper:
+    def nap(self, seconds: float) -> str:
+        from test_false_node_death_work import KERNEL
+
+        KERNEL[0].wait_until(lambda: False, seconds)  # a nap in virtual time
+        return "done"
+
+    def hi(self) -> str:
+        return "hi"
+
+
+def test_a_call_in_flight_without_retries_fails_and_the_restarted_actor_answers() -> None:
+    # max_task_retries=0: the call the node's death cut off fails (the actor restarts: Ray's
+    # ActorUnavailableError), the fenced incarnation's late answer is not taken, and the
+    # restarted actor answers the next calls.
+    from test_false_node_death_work import KERNEL
+
+    with sim_mesh(nodes=3, seed=28) as mesh:
+        KERNEL.append(mesh.kernel)
+        try:
+            actor = Napper.options(max_restarts=-1, max_task_retries=0,
+                                   scheduling_strategy=_on(mesh, "n1", soft=True)).remote()
+            assert zmesh.get(actor.hi.remote(), timeout=30) == "hi"
+            inflight = actor.nap.remote(5.0)
+            mesh.advance(0.05)
+            _declared_dead_and_back(mesh, "n1")
+            with pytest.raises(zmesh.exceptions.ActorUnavailableError):
+                zmesh.get(inflight, timeout=30)
+            mesh.advance(6.0)  # past the nap
+            with pytest.raises(zmesh.exceptions.ActorUnavailableError):
+                zmesh.get(inflight, timeout=30)
+            assert zmesh.get(actor.hi.remote(), timeout=30) == "hi"
+            assert len(_actor_workers(mesh, actor)) == 1
+            mesh.validate()
+        finally:
+            KERNEL.clear()

@@ -218,3 +218,22 @@ def test_objects_on_a_node_taken_for_dead_are_all_gone_once_their_refs_are() -> 
                          timeout=30) == 299_999 * 300_000 // 2
         del made, put
         _clean(mesh)
+
+
+@zmesh.remote
+def own_put(n: int) -> list[Any]:
+    return [zmesh.put(np.arange(n))]  # owned by this task's worker, stored on its node
+
+
+def test_an_object_owned_by_a_worker_of_a_node_taken_for_dead_reads_as_its_owner_died() -> None:
+    # Its owner (a worker fenced on the node's return) is gone for the mesh: the driver's
+    # borrowed ref reads OwnerDiedError, and nothing of the object stays anywhere.
+    with sim_mesh(nodes=3, seed=36) as mesh:
+        [inner] = zmesh.get(own_put.options(scheduling_strategy=_on(mesh, "n1")).remote(
+            100_000), timeout=30)
+        assert int(zmesh.get(inner, timeout=30).sum()) == 99_999 * 100_000 // 2
+        _declared_dead_and_back(mesh, "n1")
+        with pytest.raises(zmesh.exceptions.OwnerDiedError):
+            zmesh.get(inner, timeout=30)
+        del inner
+        _clean(mesh)
