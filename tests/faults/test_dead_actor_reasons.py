@@ -116,3 +116,32 @@ def test_only_the_latest_dead_actors_are_remembered(monkeypatch: pytest.MonkeyPa
         assert died and "no node knows this actor" in text, (kind, text)
         kind, died, text = _seen_on_n1(mesh, actors[2])
         assert died and "killed by zmesh.kill()" in text, (kind, text)
+
+
+@zmesh.remote(max_restarts=0)
+class Parent:
+    def child(self, where: Any) -> list[Any]:
+        self.kept = Echo.options(scheduling_strategy=where).remote()
+        return [self.kept]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_caller_hears_an_actor_died_with_its_owner_not_that_it_was_killed(seed: int) -> None:
+    # The owner's node stops the actor on the node hosting it with a KillActor; that node
+    # took every KillActor for a zmesh.kill() and said so to every caller afterwards.
+    with sim_mesh(nodes=3, seed=seed) as mesh:
+        parent = Parent.options(scheduling_strategy=_on(mesh, "n1")).remote()
+        [child] = zmesh.get(parent.child.remote(_on(mesh, "n2")), timeout=30)
+        assert zmesh.get(child.ping.remote(1), timeout=30) == 1
+        assert mesh.kill_actor(parent)
+        died: list[str] = []
+
+        def dead() -> bool:  # (a ping may get there before the news of the owner's death)
+            try:
+                zmesh.get(child.ping.remote(2), timeout=30)
+            except zmesh.exceptions.ActorDiedError as exc:
+                died.append(str(exc))
+            return bool(died)
+
+        assert mesh.run_until(dead, timeout=60), mesh.story(30)
+        assert "owner died" in died[0] and "zmesh.kill()" not in died[0], died[0]

@@ -93,9 +93,10 @@ class Schedule(msgspec.Struct, frozen=True):
 
 
 class StopWorker(msgspec.Struct, frozen=True):
-    """Stop its worker here, or ask the hosting node to (with `no_restart`)."""
+    """Stop its worker here, or ask the hosting node to (with `no_restart`, and why)."""
 
     no_restart: bool
+    reason: str = ""
 
 
 class Release(msgspec.Struct, frozen=True):
@@ -160,7 +161,7 @@ class ActorLifecycle:
             self.reason = self.kill_reason = event.reason
             out: list[Action] = [FreeName()] if self.no_restart else []
             if event.reachable:
-                return [*out, StopWorker(self.no_restart)]
+                return [*out, StopWorker(self.no_restart, event.reason)]
             return [*out, self._publish(ActorState.DEAD), Cancel()]
         if isinstance(event, Lost):
             out = [Release()] if event.here else []

@@ -71,7 +71,7 @@ def test_a_kill_names_the_death_that_follows_and_allows_a_restart_without_no_res
     actor = life.ActorLifecycle(max_restarts=1)
     actor.handle(life.Started("ipc://w1"))
     assert actor.handle(life.KillRequested("it was killed by zmesh.kill()", False, True)) == [
-        life.StopWorker(no_restart=False)]
+        life.StopWorker(no_restart=False, reason="it was killed by zmesh.kill()")]
     actions = actor.handle(life.Lost("killed by signal 9", here=True))
     assert actions[1] == life.Publish(life.ActorState.RESTARTING, "",
                                       "it was killed by zmesh.kill()", b"", 1)

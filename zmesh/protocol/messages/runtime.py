@@ -164,10 +164,12 @@ class ActorState(Message, tag=29):
 
 
 class KillActor(Message, tag=30):
-    """Kill an actor's worker; with no_restart it stays dead."""
+    """Kill an actor's worker; with no_restart it stays dead. `reason` is what its callers
+    read ("" : it was killed by zmesh.kill())."""
 
     actor_id: bytes
     no_restart: bool = True
+    reason: str = ""
 
 
 class GetNamedActor(Message, tag=31):

@@ -226,7 +226,8 @@ class ActorManager:
                 case life.StopWorker():
                     if entry.remote:
                         self.node.loop.send(entry.remote, m.KillActor(
-                            actor_id=entry.spec.actor_id, no_restart=action.no_restart))
+                            actor_id=entry.spec.actor_id, no_restart=action.no_restart,
+                            reason=action.reason))
                     elif entry.worker is not None:
                         self.node.pool.kill(entry.worker)
                 case life.Release():
@@ -276,7 +277,8 @@ class ActorManager:
             return
         if entry.state == "dead":
             return
-        self.run(entry, life.KillRequested("it was killed by zmesh.kill()", msg.no_restart,
+        why = msg.reason or "it was killed by zmesh.kill()"
+        self.run(entry, life.KillRequested(why, msg.no_restart,
                                            reachable=_reachable(entry)))
 
     def worker_died(self, info: WorkerInfo, reason: str) -> None:

@@ -325,8 +325,9 @@ class ActorCaller:
         self._end(actor_id)
 
     def _end(self, actor_id: bytes) -> None:
-        self.client.loop.send(self.client.node_address, m.KillActor(actor_id=actor_id,
-                                                                    no_restart=True))
+        self.client.loop.send(self.client.node_address, m.KillActor(
+            actor_id=actor_id, no_restart=True,
+            reason="all references to it were dropped (out of scope)"))
 
     def _settled(self, rec: ActorRecord) -> None:
         if rec.out_of_scope and not self.pending(rec):
