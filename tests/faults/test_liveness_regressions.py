@@ -134,6 +134,12 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
      "producer onto the same lease, reached the worker first and waited for the first's "
      "value while the first, sent again, queued behind it: the get hung. A task waiting "
      "for a pending argument now gives way to the work queued behind it"),
+    (8838, [("put", 200000, 3), ("borrow", 1), ("chain", 78, 2), ("task", 79),
+            ("put", 200000, 6), ("pause", "n0", 5.0), ("get", 55)],
+     "n1 pulled the driver's put from n0, then took n0 (paused 5 s) for dead and left the "
+     "pull: n0, back, kept the transfer's pin until its 60 s idle timeout ('n0 keeps 1 "
+     "objects pinned' at the end). A puller now ends the pulls it left on a node that is "
+     "back (PullDone)"),
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),

@@ -282,6 +282,11 @@ class PullManager:
             return []
         return self._next_source(t, f"{source}: {reason}", now, release=True)
 
+    def pulling_from(self, source: str) -> list[tuple[int, bytes]]:
+        """(transfer id, object id) of the transfers whose current source is `source`."""
+        return [(t.transfer_id, t.object_id) for t in self._by_id.values()
+                if t.source == source]
+
     def source_died(self, source: str, now: float) -> list[Action]:
         """`source` is gone: every transfer from it moves on or fails."""
         actions: list[Action] = []

@@ -224,6 +224,18 @@ def test_a_dead_source_hands_its_outstanding_chunks_to_the_next_source() -> None
     assert [(r.source, r.offset) for r in requests(out)] == [("B", KiB), ("B", 2 * KiB)]
 
 
+def test_the_pulls_from_a_source_are_named_before_its_death_moves_them_on() -> None:
+    # (the shell ends them there if the source was only taken for dead and comes back)
+    pm = PullManager(chunk_size=KiB, window=2)
+    tid, actions = start(pm, b"x", 3 * KiB, ["A", "B"])
+    other, _ = start(pm, b"y", KiB, ["B"])
+    assert pm.pulling_from("A") == [(tid, b"x")]
+    answer(pm, requests(actions)[0], 3 * KiB)
+    pm.source_died("A", 1.0)
+    assert pm.pulling_from("A") == []
+    assert sorted(pm.pulling_from("B")) == sorted([(tid, b"x"), (other, b"y")])
+
+
 def test_the_death_of_the_only_source_fails_the_pull_saying_how_far_it_got() -> None:
     pm = PullManager(chunk_size=KiB)
     _, actions = start(pm, b"x", 2 * KiB, ["A"])

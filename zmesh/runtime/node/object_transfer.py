@@ -69,6 +69,8 @@ DoneCallback = Callable[[bytes, "BaseException | None"], None]
 
 TRANSFER_OWNER = "zmesh-transfer"
 """The store owner of regions being filled by pulls (`release_client` drops them all)."""
+ABANDONED_MAX = 4096
+"""Pulls remembered per source taken for dead, to end there if it is back (`peer_back`)."""
 
 
 class TransferStats(msgspec.Struct, frozen=True):
@@ -140,6 +142,8 @@ class ObjectTransfer:
         self.local_bytes = 0
         self.last_local_refusal = ""  # why the latest local copy fell back (for tests, logs)
         self._closed = False
+        # pulls left when their source was taken for dead: source -> (transfer, object)
+        self._abandoned: dict[str, list[tuple[int, bytes]]] = {}
 
     # -- wiring ------------------------------------------------------------------------
 
@@ -324,9 +328,21 @@ class ObjectTransfer:
 
     def peer_died(self, address: str) -> None:
         """A node is gone (membership says so): pulls from it move on or fail at once, and
-        its sessions and copies are forgotten."""
+        its sessions and copies are forgotten. The pulls left are remembered: it may be
+        alive after all (paused, cut off), holding their pins (`peer_back`)."""
+        left = self._abandoned.setdefault(address, [])
+        left += self.manager.pulling_from(address)[:ABANDONED_MAX - len(left)]
         self._run(self.manager.source_died(address, self._clock()))
         self.server.peer_died(address)
+
+    def peer_back(self, address: str) -> None:
+        """A node taken for dead answers again: the pulls this node left when it took it
+        for dead are over, so it may drop their sessions and pins now. Before, they stayed
+        pinned there until its idle timeout (60 s), as a transfer whose puller went quiet
+        (a driver's put on a node paused past its death, read on another node)."""
+        for transfer_id, object_id in self._abandoned.pop(address, []):
+            self._send(address, PullDone(transfer_id=transfer_id, object_id=object_id,
+                                         ok=False), ())
 
     def stats(self) -> TransferStats:
         m = self.manager

@@ -231,6 +231,7 @@ class NodeObjects:
                           ipc_dir=_local_prefix(self._ipc_of(address)))
         for client in list(self.node.clients):
             self.node.loop.send(client, back)
+        self.transfer.peer_back(address)  # the pulls from it we left hold pins there
 
     def close(self) -> None:
         self.transfer.close()
