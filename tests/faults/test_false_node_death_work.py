@@ -152,12 +152,17 @@ def _cut_off_and_back(mesh: SimMesh, name: str) -> None:
     assert mesh.run_until(lambda: node_id not in head.dead_nodes, timeout=30), mesh.story(30)
 
 
-def test_a_group_whose_coordinator_a_cut_off_node_took_for_dead_runs_its_work_there() -> None:
+@pytest.mark.parametrize("seed", [0, 1, 9, 11])
+def test_a_group_whose_coordinator_a_cut_off_node_took_for_dead_runs_its_work_there(
+        seed: int) -> None:
     # n1, cut off, took n0 (the group's coordinator) for dead and gave the group up as
     # removed. After the heal n0 placed n1's bundle there again, but n1's scheduler kept
     # the group for removed and failed every task in it for good ('its placement group
-    # ... was removed'). (Seed 0: some seeds still time out, see GroupRelay.node_gone.)
-    with sim_mesh(nodes=3, seed=0) as mesh:
+    # ... was removed'). Seeds 1, 9, 11: a node released its bundle as it took n0 for dead
+    # on n1's rumour, or as n1's rumour got it declared dead itself, while n0 never saw it
+    # die and kept counting the bundle as held there; tasks in it waited for good. It now
+    # tells n0 (BundlesLost), which places the bundle again.
+    with sim_mesh(nodes=3, seed=seed) as mesh:
         pg = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD")
         assert zmesh.get(pg.ready(), timeout=30)
         strategies = [PlacementGroupSchedulingStrategy(pg, i) for i in range(3)]

@@ -222,15 +222,35 @@ class GroupCoordinator:
                 out += self._fail_attempt(plan, f"node {gone[0]!r} died while reserving bundles")
         return out
 
-    def _lose_bundles(self, plan: _Plan, live: Mapping[NodeId, NodeResources]) -> list[Decision]:
+    def _lose_bundles(self, plan: _Plan, live: Mapping[NodeId, NodeResources],
+                      why: str = "") -> list[Decision]:
         lost = tuple(i for i, n in enumerate(plan.nodes) if n != self.node_id and n not in live)
         if not lost:
             return []
         plan.kept = {i: n for i, n in enumerate(plan.nodes) if i not in lost}
         dead = sorted({plan.nodes[i] for i in lost})
+        why = why or f"node {dead[0]!r} died"
         self._set(plan, "rescheduling", f"{plan.label()} is rescheduling bundles {list(lost)}: "
-                                        f"node {dead[0]!r} died")
+                                        f"{why}")
         return [PGRescheduling(plan.pg_id, lost, plan.reason)]
+
+    def bundles_lost(self, pg_id: PlacementGroupId, node_id: NodeId) -> list[Decision]:
+        """`node_id` released its bundles of the group (it took this node for dead; back, it
+        says so): a ready group reschedules them; an attempt that counted them as kept
+        fails (and is tried again without them); a waiting one forgets them."""
+        plan = self._plans.get(pg_id)
+        if plan is None or node_id == self.node_id:
+            return []
+        why = f"node {node_id!r} released them (it took this node for dead)"
+        if plan.state == "ready":
+            others = {n: NodeResources.of({}) for n in plan.nodes if n != node_id}
+            return self._lose_bundles(plan, others, why)
+        if plan.kept is None or node_id not in plan.kept.values():
+            return []
+        plan.kept = {i: n for i, n in plan.kept.items() if n != node_id}
+        if plan.state == "preparing":
+            return self._fail_attempt(plan, why)
+        return []
 
     def remove(self, pg_id: PlacementGroupId) -> list[NodeId]:
         """Forget the group; the other nodes that hold or may hold its bundles, to release."""

@@ -193,6 +193,12 @@ class GroupScheduling:
         self._layouts.pop(pg_id, None)
         return affected, self._after_release()
 
+    def bundles_lost(self, pg_id: PlacementGroupId, node_id: NodeId) -> list[Decision]:
+        """A node released its bundles of a group coordinated here while it took this node
+        for dead (`GroupCoordinator.bundles_lost`); the group is placed again."""
+        return self._groups.bundles_lost(pg_id, node_id) + self._place_groups(
+            infeasible_too=False)
+
     def placed_again(self, pg_id: PlacementGroupId) -> None:
         """A group this node took for removed (it took its coordinator for dead) is placed
         again by that coordinator, alive after all: its work is routed again, not failed."""

@@ -97,6 +97,14 @@ class ReleaseBundles(Message, tag=127):
     pg_id: str
 
 
+class BundlesLost(Message, tag=130):
+    """Holder -> coordinator: I released my bundles of this group while I took you for
+    dead, and you answer again: place them again (you may still count them as held here)."""
+
+    pg_id: str
+    node_id: str
+
+
 class LookupGroup(Message, tag=128):
     """Where do the bundles of `pg_id` live? Answered by its coordinator with `GroupLayout`."""
 

@@ -65,6 +65,7 @@ class GroupRelay:
         loop.on(p.ReleaseBundles, self._on_release)
         loop.on(p.LookupGroup, self._on_lookup)
         loop.on(p.GroupLayout, self._on_layout)
+        loop.on(p.BundlesLost, self._on_bundles_lost)
 
     # -- decisions from this node's scheduler ----------------------------------------------
     def carry_out(self, d: Any) -> None:
@@ -242,10 +243,13 @@ class GroupRelay:
         node again never fits (it stayed rescheduling for good). Not marked gone: the
         coordinators live."""
         node = self.node
-        for pg_id in list(self.coordinator):
+        for pg_id, coordinator in list(self.coordinator.items()):
             logger.info("placement group %s: this node was declared dead; releasing its "
                         "bundles here (its coordinator places them again)", pg_id)
             del self.coordinator[pg_id]
+            # (a coordinator that did not take us for dead, only others did, still counts
+            # them as held here: tell it)
+            node.loop.send(coordinator, p.BundlesLost(pg_id=pg_id, node_id=node.node_id))
             affected, decisions = node.scheduler.forget_bundles(pg_id)
             for work_id in affected:
                 node.actors.evict(work_id)
@@ -261,6 +265,18 @@ class GroupRelay:
                 self.release(pg_id)
         for lookers in self.lookers.values():
             lookers.discard(address)
+
+    def node_back(self, node_id: str, address: str) -> None:
+        """A coordinator we took for dead answers again: tell it which of its groups we
+        released our bundles of, so it places them again (it still counted them as held
+        here, and tasks into them waited for good)."""
+        for pg_id, coordinator in list(self.gone.items()):
+            if coordinator == address:
+                self.node.loop.send(address, p.BundlesLost(pg_id=pg_id,
+                                                           node_id=self.node.node_id))
+
+    def _on_bundles_lost(self, sender: str, msg: p.BundlesLost, bufs: list[Any]) -> None:
+        self.node.apply(self.node.scheduler.bundles_lost(msg.pg_id, msg.node_id))
 
     # -- helpers ---------------------------------------------------------------------------
     def _coordinated(self) -> dict[str, PlacementGroupInfo]:

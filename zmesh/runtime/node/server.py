@@ -171,7 +171,7 @@ class Node:
         self.hello = HelloDesk(self.loop, self.node_id, installed_credentials())
         if self.mesh is not None:
             self.mesh.on_event = self.ops.count_membership
-            self.mesh.on_back = self.objects.node_back
+            self.mesh.on_back = self._node_back
             self.mesh.on_declared_dead = self._fence
         if testing and isinstance(self.endpoint, ChaosEndpoint):
             self.hooks = TestHooks(self.loop, self.endpoint, self.workers, self._actor_name)
@@ -237,6 +237,11 @@ class Node:
         self.objects.fence()
         for info in list(self.pool.by_pid.values()):
             self.pool.kill(info, signal.SIGKILL)
+
+    def _node_back(self, node_id: str, address: str) -> None:
+        """A node we reported dead answers again (paused, cut off): see NodeBack."""
+        self.objects.node_back(node_id, address)
+        self.groups.node_back(node_id, address)
 
     def _node_gone(self, node_id: str, address: str, why: str) -> None:
         self.objects.node_gone(node_id, address, why)
