@@ -143,6 +143,11 @@ SCHEDULES: list[tuple[int, list[tuple[Any, ...]], str]] = [
     (28964, [("pg", 93), ("pg", 71), ("task", 66), ("kill_node", "n1"), ("kill_node", "n2")],
      "the program's own two groups held every CPU left (n0's): the program now keeps one "
      "group at most, so a plain task always has a CPU"),
+    (8838, [("inner", 96), ("chain", 78, 2), ("pg", 35), ("put", 200000, 6),
+            ("pause", "n0", 5.0), ("put", 200000, 0)],
+     "n1 released its prepared bundle of n0's group when it took the paused n0 for dead; "
+     "n0's late commit then found nothing to commit and n0 counted the bundle as held on n1: "
+     "the group's task waited forever; the node now answers such a commit with BundlesLost"),
 ]
 
 
