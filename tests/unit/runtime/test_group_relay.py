@@ -31,15 +31,17 @@ class _Scheduler:
     def __init__(self, coordinated: bool) -> None:
         self.coordinated = coordinated
         self.removed: list[str] = []
+        self.held = {"pg"}  # (prepared before its coordinator commits, as on a real node)
 
     def commit_bundles(self, *_: Any) -> list[Any]:
         return []
 
     def holds_bundles(self, pg_id: str) -> bool:
-        return False
+        return pg_id in self.held
 
     def remove_placement_group(self, pg_id: str) -> list[Any]:
         self.removed.append(pg_id)
+        self.held.discard(pg_id)
         return [PGRemoved(pg_id, (), self.coordinated)]
 
     def placement_groups(self) -> list[Any]:
@@ -104,3 +106,12 @@ def test_the_coordinator_and_those_it_told_answer_removed_outright() -> None:
     x.groups._on_release(C, p.ReleaseBundles(pg_id="pg"), [])
     [layout] = _answer(x, Y)
     assert (layout.state, layout.coordinator) == ("removed", "")
+
+
+def test_a_commit_of_bundles_released_meanwhile_is_answered_with_bundles_lost() -> None:
+    # (it took the coordinator for dead and released them; committing nothing, the
+    # coordinator would count them as held here and their tasks would wait for good)
+    x = _Node("x", dead=set())
+    x.scheduler.held.clear()
+    x.groups._on_commit(C, p.CommitBundles(pg_id="pg", nodes=["x"], bundles=[{"CPU": 1}]), [])
+    assert [type(msg).__name__ for to, msg in x.loop.sent if to == C] == ["BundlesLost"]
