@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["LOOPBACK_BIND", "bind_to_reach", "host_to_bind"]
+__all__ = ["LOOPBACK_BIND", "bind_to_reach", "host_to_bind", "owner_prefix"]
 
 LOOPBACK_BIND = "tcp://127.0.0.1:0"
 
@@ -84,3 +84,11 @@ def _first_interface_address() -> str:
         if not address.startswith("127."):
             return address
     return ""
+
+
+def owner_prefix(ipc_dir: str) -> str:
+    """What the addresses of a node's processes start with, from the `ipc_dir` a NodeDied or
+    NodeBack carries ("" when unknown: then only the node's own address counts)."""
+    if not ipc_dir:
+        return ""
+    return ipc_dir if "://" in ipc_dir else f"ipc://{ipc_dir}/"

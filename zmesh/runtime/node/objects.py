@@ -19,6 +19,7 @@ from zmesh.errors import ObjectLostError, ObjectStoreFullError
 from zmesh.protocol.messages import runtime as m
 from zmesh.protocol.messages.transfer import ChunkRequest, LocalReadRequest
 from zmesh.runtime import values
+from zmesh.runtime.addresses import owner_prefix
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.node.mesh import BOOT_LABEL, IPC_LABEL
 from zmesh.runtime.node.object_transfer import ObjectTransfer
@@ -205,7 +206,7 @@ class NodeObjects:
         # Every object stored here (allocated, or a copy pulled from any node) whose owner
         # lived there will never be freed by it: free it now (its readers give their pins
         # back when asked, and fail to read it anyway: its owner died).
-        self._free_orphans(self.owners.node_died(address, _owner_prefix(died.ipc_dir)))
+        self._free_orphans(self.owners.node_died(address, owner_prefix(died.ipc_dir)))
         # Frees sent to it lately may have died with it, and only it knew who pulled copies.
         late = self.recent_frees.holder_died(node_id, self.node.loop.clock())
         if late:
@@ -264,14 +265,6 @@ class NodeObjects:
         mesh = self.node.mesh
         why = mesh.dead_nodes.get(node_id) if mesh is not None else None
         return why or "is not a live member of this mesh"
-
-
-def _owner_prefix(ipc_dir: str) -> str:
-    """What the addresses of a dead node's processes start with, as readers judge it from
-    NodeDied.ipc_dir ("" when unknown: then only the node's own address)."""
-    if not ipc_dir:
-        return ""
-    return ipc_dir if "://" in ipc_dir else f"ipc://{ipc_dir}/"
 
 
 def _local_prefix(ipc: str) -> str:

@@ -27,7 +27,7 @@ from zmesh.object_ref import ObjectRef
 from zmesh.protocol import codec
 from zmesh.protocol.messages import runtime as m
 from zmesh.runtime import values
-from zmesh.runtime.addresses import bind_to_reach
+from zmesh.runtime.addresses import bind_to_reach, owner_prefix
 from zmesh.runtime.ids import IdGen
 from zmesh.runtime.loop import EventLoop
 from zmesh.runtime.owner import refs_query
@@ -420,17 +420,15 @@ class CoreClient:
     def _on_node_died(self, sender: str, msg: m.NodeDied, bufs: list[Any]) -> None:
         # Owners are known by address only: the ones that lived on that node are the node
         # itself and the processes with ipc sockets in its directory.
-        prefix = (msg.ipc_dir if "://" in msg.ipc_dir else f"ipc://{msg.ipc_dir}/"
-                  ) if msg.ipc_dir else None
+        prefix = owner_prefix(msg.ipc_dir)
         why = f"its owner lived on node {msg.node_id}, which {msg.why}"
-        self.owner_probe.feed(OwnerNodeDied(msg.address, prefix or "", why))
+        self.owner_probe.feed(OwnerNodeDied(msg.address, prefix, why))
         # (the owner asks the callers of a dead lender to settle its lends)
-        self.lending.carry(self.objects.handle(BorrowerGone(msg.address, prefix or "")))
+        self.lending.carry(self.objects.handle(BorrowerGone(msg.address, prefix)))
 
     def _on_node_back(self, sender: str, msg: m.NodeBack, bufs: list[Any]) -> None:
         # (a node reported dead answers again; the processes it had then, it killed)
-        prefix = (msg.ipc_dir if "://" in msg.ipc_dir else f"ipc://{msg.ipc_dir}/"
-                  ) if msg.ipc_dir else ""
+        prefix = owner_prefix(msg.ipc_dir)
         if prefix:
             self.owner_probe.feed(NodeBack(prefix))
 
