@@ -159,6 +159,7 @@ class GroupRelay:
 
     def _on_commit(self, sender: str, msg: p.CommitBundles, bufs: list[Any]) -> None:
         node = self.node
+        self._placed_again(msg.pg_id)
         if node.node_id in msg.nodes and not node.scheduler.holds_bundles(msg.pg_id):
             # A late commit of bundles released meanwhile (this node took the coordinator
             # for dead, or was declared dead): committing nothing, the coordinator would
@@ -166,11 +167,9 @@ class GroupRelay:
             # again.
             logger.info("placement group %s: a commit of bundles this node released; "
                         "telling its coordinator", msg.pg_id)
-            self._placed_again(msg.pg_id)
             node.loop.send(sender, p.BundlesLost(pg_id=msg.pg_id, node_id=node.node_id))
             return
         self.coordinator[msg.pg_id] = sender
-        self._placed_again(msg.pg_id)
         node.apply(node.scheduler.commit_bundles(msg.pg_id, msg.nodes, msg.bundles))
         if not self._check_armed:
             self._check_armed = True
